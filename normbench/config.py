@@ -1,0 +1,72 @@
+"""The typed config schema: every key `normbench train` accepts, with its meaning and default.
+
+Registered in Hydra's ConfigStore by `normbench.cli`, so a misspelled key or a wrong type fails at
+composition, before any work. The rest of the package reads these dataclasses, never Hydra.
+
+    cfg = Config(model=ModelConfig(name="cnn"), norm=NormConfig(name="gn", groups=8))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+
+@dataclass
+class ModelConfig:
+    name: str = "mlp"  # mlp | cnn | rnn
+    hidden: int = 256  # MLP width, RNN hidden size, CNN classifier width
+    depth: int = 2  # MLP hidden layers; RNN stacked layers
+    channels: List[int] = field(default_factory=lambda: [32, 64])  # CNN channels, one conv stage each
+    cell: str = "rnn"  # RNN cell: rnn (tanh) | lstm | gru
+    placement: str = "output"  # RNN norm placement: output (after each layer) | recurrent (inside the cell)
+    dropout: float = 0.0  # dropout before the classifier
+
+
+@dataclass
+class NormConfig:
+    # Options left at null take the norm's own default (from its paper); see `normbench norms`.
+    name: str = "bn"  # a catalog name: `normbench norms` lists them
+    impl: str = "native"  # native (PyTorch kernel) | scratch (written from the definition)
+    eps: Optional[float] = None  # added to the variance
+    momentum: Optional[float] = None  # running-statistics update rate (batch norms)
+    affine: Optional[bool] = None  # learnable scale and shift
+    groups: Optional[int] = None  # channel groups (gn, evonorm)
+    masked: Optional[bool] = None  # seq layout: statistics over real tokens only (false = naive, padding counted)
+    track_stats: bool = False  # log each norm layer's input mean/std and scale/shift to TensorBoard
+    track_every: int = 100  # ... every this many steps
+
+
+@dataclass
+class DataConfig:
+    name: str = "fashion_mnist"  # fashion_mnist | cifar10
+    root: str = "${oc.env:NORMBENCH_DATA,./data}"  # where datasets live
+    val_size: int = 5000  # training samples held out for validation
+    subset: Optional[int] = None  # train on only this many samples (smoke runs)
+    download: bool = True  # let torchvision download when the files are nowhere on disk
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    norm: NormConfig = field(default_factory=NormConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    batch_size: int = 64  # training batch size
+    epochs: int = 5  # passes over the training set
+    max_steps: Optional[int] = None  # stop after this many optimizer steps (smoke runs, benchmarks)
+    optimizer: str = "adam"  # adam | sgd
+    lr: float = 1e-3  # peak learning rate
+    momentum: float = 0.9  # SGD momentum
+    weight_decay: float = 0.0  # L2 penalty (decoupled for adam: AdamW)
+    schedule: str = "cosine"  # cosine (to 0 over the run, after warmup) | constant
+    warmup_steps: int = 0  # linear warmup from 0 to lr
+    seed: int = 0  # everything random derives from it
+    device: str = "auto"  # auto (cuda > mps > cpu) | cpu | cuda | mps
+    threads: Optional[int] = None  # torch CPU threads for this run (null = torch's default)
+    eval_batch_size: int = 1000  # batch size for validation and test passes
+    log_every: int = 50  # steps between progress/TensorBoard updates (the only host syncs in the loop)
+    progress: bool = True  # rich progress bar and final table
+    tensorboard: bool = True  # write TensorBoard event files into the run directory
+    resume: bool = False  # continue from checkpoint.pt in the run directory (set hydra.run.dir to it)
+    debug: bool = False  # show full tracebacks for user errors (or set NORMBENCH_DEBUG=1)
+

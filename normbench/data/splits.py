@@ -1,0 +1,100 @@
+"""The dataset registry, the `Splits` every loader returns, and batching by index."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from normbench.config import DataConfig
+from normbench.errors import UserError
+
+
+@dataclass
+class Splits:
+    """Normalized float images (N, C, H, W) and int64 labels, already on the training device."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    val_x: torch.Tensor
+    val_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+    name: str
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(C, H, W) of one sample."""
+        return tuple(self.train_x.shape[1:])
+
+
+# name -> loader(cfg) returning uint8 (train_x, train_y, test_x, test_y) on the CPU, images (N, C, H, W)
+Loader = Callable[[DataConfig], tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
+_REGISTRY: dict[str, Loader] = {}
+
+
+def register(name: str):
+    def deco(fn: Loader) -> Loader:
+        _REGISTRY[name] = fn
+        return fn
+
+    return deco
+
+
+def names() -> list[str]:
+    return list(_REGISTRY)
+
+
+def load(cfg: DataConfig, device: torch.device, seed: int = 0) -> Splits:
+    """Read dataset `cfg.name`, split validation off the training set, normalize, move to `device`.
+
+    The validation split depends on `seed` only through a fixed generator, so runs that differ only in
+    norm or batch size see the same split. Mean/std come from the training split alone.
+    """
+    if cfg.name not in _REGISTRY:
+        raise UserError(f"unknown dataset {cfg.name!r}", f"choose one of: {', '.join(names())}")
+    train_x, train_y, test_x, test_y = _REGISTRY[cfg.name](cfg)
+    n = len(train_x)
+    if not 0 <= cfg.val_size < n:
+        raise UserError(f"data.val_size={cfg.val_size} must be in [0, {n})", "lower data.val_size")
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    val_idx, train_idx = perm[: cfg.val_size], perm[cfg.val_size:]
+    if cfg.subset is not None:
+        if cfg.subset < 1:
+            raise UserError(f"data.subset={cfg.subset} must be >= 1", "set data.subset=null to use all")
+        train_idx = train_idx[: cfg.subset]
+
+    train = train_x[train_idx].float().div_(255)
+    mean = train.mean(dim=(0, 2, 3), keepdim=True)
+    std = train.std(dim=(0, 2, 3), keepdim=True)
+
+    def prep(x: torch.Tensor) -> torch.Tensor:
+        return ((x.float().div_(255) - mean) / std).to(device)
+
+    return Splits(
+        train_x=((train - mean) / std).to(device), train_y=train_y[train_idx].long().to(device),
+        val_x=prep(train_x[val_idx]), val_y=train_y[val_idx].long().to(device),
+        test_x=prep(test_x), test_y=test_y.long().to(device),
+        num_classes=int(train_y.max()) + 1, name=cfg.name,
+    )
+
+
+def batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, *, shuffle: bool = False,
+            generator: torch.Generator | None = None, drop_last: bool = False
+            ) -> Iterator[tuple[torch.Tensor, torch.Tensor, None]]:
+    """Yield (x, y, lengths=None) batches by indexing device tensors; no DataLoader, no workers.
+
+    Training drops the last partial batch so BatchNorm never sees a batch of one sample.
+    """
+    n = len(x)
+    order = torch.randperm(n, generator=generator, device=generator.device if generator else "cpu") \
+        if shuffle else None
+    stop = n - n % batch_size if drop_last else n
+    for i in range(0, stop, batch_size):
+        if order is None:
+            yield x[i:i + batch_size], y[i:i + batch_size], None
+        else:
+            idx = order[i:i + batch_size].to(x.device)
+            yield x[idx], y[idx], None

@@ -1,0 +1,205 @@
+"""The training loop: `fit` trains a model on tensors and returns its history; `evaluate` scores it.
+
+    history = fit(model, splits, cfg, tracker, device, checkpoint=run_dir / "checkpoint.pt")
+
+No Hydra and no display here: progress goes to a `Tracker` every `cfg.log_every` steps, which is also
+the only point where the loop waits for the device (per-step losses and hits stay in device buffers).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normbench.config import Config
+from normbench.data import Splits, batches
+from normbench.errors import UserError
+from normbench.results import atomic_save
+
+
+def pick_device(name: str) -> torch.device:
+    """`auto` prefers cuda, then mps, then cpu; asking for one that is missing is a user error."""
+    has = {"cuda": torch.cuda.is_available(),
+           "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available(),
+           "cpu": True}
+    if name == "auto":
+        return torch.device(next(d for d in ("cuda", "mps", "cpu") if has[d]))
+    if name not in has:
+        raise UserError(f"unknown device {name!r}", "use device=auto, cpu, cuda or mps")
+    if not has[name]:
+        raise UserError(f"device={name} but no {name.upper()} device is available here", "use device=auto or cpu")
+    return torch.device(name)
+
+
+def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adam":
+        return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                               weight_decay=cfg.weight_decay)
+    raise UserError(f"unknown optimizer {cfg.optimizer!r}", "use optimizer=adam or optimizer=sgd")
+
+
+def make_schedule(opt: torch.optim.Optimizer, cfg: Config, total_steps: int):
+    """Linear warmup over `warmup_steps`, then constant or cosine decay to 0 at `total_steps`."""
+    if cfg.schedule not in ("cosine", "constant"):
+        raise UserError(f"unknown schedule {cfg.schedule!r}", "use schedule=cosine or schedule=constant")
+
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.schedule == "constant":
+            return 1.0
+        progress = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int,
+             lengths: torch.Tensor | None = None, train_mode: bool = False) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy over (x, y). `train_mode=True` keeps batch statistics live
+    (BatchNorm normalizes each test batch by itself), to expose the train/eval discrepancy."""
+    was_training = model.training
+    model.train(train_mode)
+    loss = torch.zeros((), device=x.device)
+    hits = torch.zeros((), device=x.device, dtype=torch.long)
+    for i in range(0, len(x), batch_size):
+        logits = model(x[i:i + batch_size], None if lengths is None else lengths[i:i + batch_size])
+        loss += F.cross_entropy(logits, y[i:i + batch_size], reduction="sum")
+        hits += (logits.argmax(1) == y[i:i + batch_size]).sum()
+    model.train(was_training)
+    return loss.item() / len(x), hits.item() / len(x)
+
+
+@dataclass
+class FitResult:
+    status: str = "completed"  # completed | diverged
+    history: list[dict] = field(default_factory=list)  # one dict of metrics per epoch
+    steps: int = 0
+    epochs_done: int = 0
+    train_seconds: float = 0.0  # time in training steps only (no evaluation)
+    samples: int = 0
+    diverged_step: int | None = None
+
+    @property
+    def train_samples_per_s(self) -> float:
+        return self.samples / self.train_seconds if self.train_seconds else 0.0
+
+
+def plan_steps(cfg: Config, n_train: int) -> tuple[int, int]:
+    """(epochs, total optimizer steps): `max_steps` caps `epochs`; with epochs < 1 it alone decides."""
+    per_epoch = n_train // cfg.batch_size
+    if per_epoch < 1:
+        raise UserError(f"batch_size={cfg.batch_size} is larger than the {n_train} training samples",
+                        "lower batch_size or raise data.subset")
+    if cfg.max_steps is not None:
+        epochs = cfg.epochs if cfg.epochs >= 1 else math.ceil(cfg.max_steps / per_epoch)
+        return epochs, min(cfg.max_steps, epochs * per_epoch)
+    return cfg.epochs, cfg.epochs * per_epoch
+
+
+def fit(model: nn.Module, splits: Splits, cfg: Config, tracker, device: torch.device,
+        checkpoint: Path | None = None, resume: bool = False) -> FitResult:
+    """Train `model` on `splits.train_*`, evaluating on `splits.val_*` after every epoch.
+
+    With `checkpoint`, the full state (model, optimizer, schedule, RNG, history) is saved atomically
+    after every epoch; `resume=True` continues from it, bit-identical on CPU to an unbroken run.
+    """
+    epochs, total_steps = plan_steps(cfg, len(splits.train_x))
+    opt = make_optimizer(model, cfg)
+    sched = make_schedule(opt, cfg, total_steps)
+    shuffle = torch.Generator(device=device).manual_seed(cfg.seed)
+    out = FitResult()
+    if resume and checkpoint is not None and checkpoint.exists():
+        out = _load_checkpoint(checkpoint, model, opt, sched, shuffle)
+    tracker.start(total_steps, out.steps)
+
+    # Per-step loss and hits go into device buffers; they are read once every `log_every` steps.
+    losses = torch.zeros(cfg.log_every, device=device)
+    hits = torch.zeros(cfg.log_every, device=device, dtype=torch.long)
+    window_start, window_steps = time.perf_counter(), 0
+    for epoch in range(out.epochs_done, epochs):
+        model.train()
+        epoch_start = time.perf_counter()
+        for x, y, lengths in batches(splits.train_x, splits.train_y, cfg.batch_size, shuffle=True,
+                                     generator=shuffle, drop_last=True):
+            logits = model(x, lengths)
+            loss = F.cross_entropy(logits, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            slot = out.steps % cfg.log_every
+            losses[slot] = loss.detach()
+            hits[slot] = (logits.argmax(1) == y).sum()
+            out.steps += 1
+            window_steps += 1
+            if slot == cfg.log_every - 1 or out.steps == total_steps:
+                window = losses[: slot + 1].tolist()  # the host sync
+                bad = [i for i, v in enumerate(window) if not math.isfinite(v)]
+                if bad:
+                    out.status, out.diverged_step = "diverged", out.steps - len(window) + bad[0] + 1
+                    break
+                now = time.perf_counter()
+                tracker.step(out.steps, {
+                    "loss/train": sum(window) / len(window),
+                    "acc/train": hits[: slot + 1].sum().item() / (len(window) * cfg.batch_size),
+                    "lr": sched.get_last_lr()[0],
+                    "throughput/samples_per_s": window_steps * cfg.batch_size / (now - window_start),
+                })
+                window_start, window_steps = now, 0
+            if out.steps >= total_steps:
+                break
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        out.train_seconds += time.perf_counter() - epoch_start
+        out.samples = out.steps * cfg.batch_size
+        if out.status == "diverged":
+            break
+
+        val_loss, val_acc = evaluate(model, splits.val_x, splits.val_y, cfg.eval_batch_size)
+        out.epochs_done = epoch + 1
+        metrics = {"epoch": out.epochs_done, "step": out.steps, "loss/val": val_loss, "acc/val": val_acc,
+                   "train_samples_per_s": out.train_samples_per_s}
+        out.history.append(metrics)
+        tracker.epoch(out.epochs_done, metrics)
+        if not math.isfinite(val_loss):
+            out.status, out.diverged_step = "diverged", out.steps
+            break
+        if checkpoint is not None:
+            _save_checkpoint(checkpoint, model, opt, sched, shuffle, out)
+        window_start = time.perf_counter()  # evaluation is not training time
+        if out.steps >= total_steps:
+            break
+    return out
+
+
+def _save_checkpoint(path: Path, model, opt, sched, shuffle: torch.Generator, out: FitResult) -> None:
+    state = {
+        "model": model.state_dict(), "optimizer": opt.state_dict(), "schedule": sched.state_dict(),
+        "rng": {"torch": torch.get_rng_state(), "shuffle": shuffle.get_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+        "fit": {k: v for k, v in out.__dict__.items()},
+    }
+    atomic_save(state, path)
+
+
+def _load_checkpoint(path: Path, model, opt, sched, shuffle: torch.Generator) -> FitResult:
+    # weights_only=True: a checkpoint is data, never code to run.
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    sched.load_state_dict(state["schedule"])
+    torch.set_rng_state(state["rng"]["torch"])
+    shuffle.set_state(state["rng"]["shuffle"])
+    if state["rng"]["cuda"]:
+        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    return FitResult(**state["fit"])

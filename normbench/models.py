@@ -1,0 +1,112 @@
+"""MLP, CNN and RNN classifiers, each built from a norm constructor so any norm drops into any model.
+
+    make = norms.factory("gn", groups=8)
+    model = models.create(ModelConfig(name="cnn"), make, in_shape=(1, 28, 28), num_classes=10)
+    logits = model(x)                 # x: (N, C, H, W); the RNN reads the H rows as time steps
+    logits = model(x, lengths)        # variable-length batches: right-padded rows, lengths (N,)
+
+A model never names a norm: it calls `make(num_features, layout)` for the activation norm and
+`make.linear` / `make.conv2d` for the layer before it (WeightNorm and Cosine Norm change that layer).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from normbench.config import ModelConfig
+from normbench.errors import UserError
+from normbench.norms import NormFactory
+
+
+class MLP(nn.Module):
+    """Flatten -> depth x [linear -> norm -> ReLU] -> linear classifier."""
+
+    def __init__(self, cfg: ModelConfig, make: NormFactory, in_shape, num_classes: int):
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = int(torch.tensor(in_shape).prod())
+        for _ in range(cfg.depth):
+            layers += [make.linear(width, cfg.hidden), make(cfg.hidden, "flat"), nn.ReLU()]
+            width = cfg.hidden
+        layers += [nn.Dropout(cfg.dropout), nn.Linear(width, num_classes)]
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        return self.net(x)
+
+
+class CNN(nn.Module):
+    """Per stage: conv3x3 -> norm -> ReLU -> max-pool 2; then a two-layer classifier (no norm there)."""
+
+    def __init__(self, cfg: ModelConfig, make: NormFactory, in_shape, num_classes: int):
+        super().__init__()
+        c, h, w = in_shape
+        layers: list[nn.Module] = []
+        for out in cfg.channels:
+            layers += [make.conv2d(c, out, 3, padding=1), make(out, "image"), nn.ReLU(), nn.MaxPool2d(2)]
+            c, h, w = out, h // 2, w // 2
+        if h < 1 or w < 1:
+            raise UserError(f"{len(cfg.channels)} conv stages pool a {in_shape[1]}x{in_shape[2]} image "
+                            "to nothing", "use fewer model.channels")
+        layers += [nn.Flatten(), nn.Linear(c * h * w, cfg.hidden), nn.ReLU(), nn.Dropout(cfg.dropout),
+                   nn.Linear(cfg.hidden, num_classes)]
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        return self.net(x)
+
+
+RNN_CELLS = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
+
+
+def length_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
+    """(N,) lengths -> (N, steps) bool mask, True on real steps (sequences are right-padded)."""
+    return torch.arange(steps, device=lengths.device) < lengths[:, None]
+
+
+class RNN(nn.Module):
+    """Image rows as time steps (seed 000): depth x [recurrent layer -> norm on its outputs], then a
+    linear classifier on the output at each sequence's last real step."""
+
+    def __init__(self, cfg: ModelConfig, make: NormFactory, in_shape, num_classes: int):
+        super().__init__()
+        if cfg.cell not in RNN_CELLS:
+            raise UserError(f"unknown RNN cell {cfg.cell!r}", f"choose one of: {', '.join(RNN_CELLS)}")
+        if cfg.placement != "output":
+            raise UserError(f"unknown norm placement {cfg.placement!r}", "use model.placement=output")
+        c, _, w = in_shape
+        size = c * w
+        self.layers, self.norms = nn.ModuleList(), nn.ModuleList()
+        for _ in range(cfg.depth):
+            self.layers.append(RNN_CELLS[cfg.cell](size, cfg.hidden, batch_first=True))
+            self.norms.append(make(cfg.hidden, "seq"))
+            size = cfg.hidden
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.head = nn.Linear(size, num_classes)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        n, c, h, w = x.shape
+        seq = x.permute(0, 2, 1, 3).reshape(n, h, c * w)  # (N, T=H, C*W)
+        mask = None if lengths is None else length_mask(lengths, h)
+        for layer, norm in zip(self.layers, self.norms):
+            seq, _ = layer(seq)
+            seq = norm(seq, mask)
+        last = seq[:, -1] if lengths is None else seq[torch.arange(n, device=x.device), lengths - 1]
+        return self.head(self.dropout(last))
+
+
+_REGISTRY: dict[str, Callable[..., nn.Module]] = {"mlp": MLP, "cnn": CNN, "rnn": RNN}
+
+
+def names() -> list[str]:
+    return list(_REGISTRY)
+
+
+def create(cfg: ModelConfig, make: NormFactory, in_shape, num_classes: int) -> nn.Module:
+    """Build model `cfg.name` for inputs of shape `in_shape` (C, H, W)."""
+    if cfg.name not in _REGISTRY:
+        raise UserError(f"unknown model {cfg.name!r}", f"choose one of: {', '.join(names())}")
+    return _REGISTRY[cfg.name](cfg, make, tuple(in_shape), num_classes)

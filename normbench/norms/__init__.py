@@ -1,0 +1,16 @@
+"""The normalization catalog: `create(name, num_features, layout, **options)` and `names()`.
+
+    from normbench import norms
+    norms.names()                                   # ['none', 'bn', 'ln', 'in', 'gn', ...]
+    bn = norms.create("bn", 32, "image")            # nn.Module for (N, 32, H, W)
+    make = norms.factory("gn", groups=8)            # what a model receives
+
+Each family lives in its own module and registers itself on import; see registry.py for the spec.
+"""
+
+from normbench.norms.registry import LAYOUTS, NormFactory, NormSpec, create, factory, get, names, register
+
+# Importing a family registers its norms, in catalog order.
+from normbench.norms import basic, batch, layer, group  # noqa: E402,F401  isort: skip
+
+__all__ = ["LAYOUTS", "NormFactory", "NormSpec", "create", "factory", "get", "names", "register"]

@@ -1,0 +1,57 @@
+"""GroupNorm (Wu & He 2018) and InstanceNorm (Ulyanov et al. 2016): per-sample statistics over
+groups of channels (GN) or over H, W of each channel (IN, which is GN with one channel per group)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from normbench.errors import UserError
+from normbench.norms.registry import NormSpec, register
+
+
+def check_groups(groups: int, num_features: int) -> None:
+    if groups < 1 or num_features % groups:
+        divisors = [g for g in range(1, num_features + 1) if num_features % g == 0]
+        raise UserError(
+            f"GroupNorm groups={groups} does not divide {num_features} channels",
+            f"set norm.groups to a divisor of {num_features}: {', '.join(map(str, divisors))}",
+        )
+
+
+class TokenGroupNorm(nn.GroupNorm):
+    """GroupNorm over the channels of each token of a (N, T, C) batch."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return super().forward(x.reshape(-1, x.shape[-1])).reshape(x.shape)
+
+
+@register(NormSpec(
+    name="in", full_name="InstanceNorm",
+    stats_over="H, W per sample per channel",
+    batch_dependent=False, params="scale, shift per channel",
+    paper="Ulyanov et al. 2016, arXiv 1607.08022",
+    unsupported={
+        "flat": "a flat feature has one value per channel per sample, so there is nothing to average; "
+                "use ln or bn for MLPs",
+        "seq": "per-channel statistics over time would leak future tokens into every step; use ln or bn",
+    },
+))
+def build_in(num_features: int, layout: str, *, eps: float = 1e-5, affine: bool = True) -> nn.Module:
+    return nn.InstanceNorm2d(num_features, eps=eps, affine=affine)
+
+
+@register(NormSpec(
+    name="gn", full_name="GroupNorm",
+    stats_over="groups of channels (+ H, W) per sample",
+    batch_dependent=False, params="scale, shift per channel",
+    paper="Wu & He 2018, arXiv 1803.08494",
+))
+def build_gn(num_features: int, layout: str, *, groups: int = 8, eps: float = 1e-5,
+             affine: bool = True) -> nn.Module:
+    # The paper's default is 32 groups on ResNets of 64-2048 channels; our models have 32-256
+    # channels, and 8 groups keeps at least 4 channels per group.
+    groups = min(groups, num_features)
+    check_groups(groups, num_features)
+    cls = TokenGroupNorm if layout == "seq" else nn.GroupNorm
+    return cls(groups, num_features, eps=eps, affine=affine)

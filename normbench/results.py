@@ -1,0 +1,85 @@
+"""`results.json`: the stable per-run contract (DESIGN.md), written atomically, and read back.
+
+    write_results(run_dir, {"status": "completed", "test_acc": 0.91, ...})
+    res = read_results(run_dir / "results.json")
+
+Fields: status (completed | diverged | failed), test_acc, val_acc, train_samples_per_s, wall_s,
+epochs_done, history, config, versions, git_sha, plus regime-specific extras.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import normbench
+
+RESULTS = "results.json"
+STATUSES = ("completed", "diverged", "failed")
+
+
+def _atomic(path: Path, write) -> None:
+    """Write through a temporary file in the same directory, then rename: readers never see half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; results are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    _atomic(path, lambda f: f.write(text.encode()))
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    """torch.save, atomically."""
+    _atomic(path, lambda f: torch.save(obj, f))
+
+
+def versions() -> dict[str, str]:
+    return {"python": platform.python_version(), "torch": torch.__version__, "normbench": normbench.__version__}
+
+
+def git_sha() -> str | None:
+    """The commit of the normbench checkout that ran, when it is a git checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(normbench.__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def write_results(run_dir: Path, results: dict[str, Any]) -> Path:
+    if results.get("status") not in STATUSES:
+        raise ValueError(f"status must be one of {STATUSES}, got {results.get('status')!r}")
+    path = Path(run_dir) / RESULTS
+    atomic_write_text(path, json.dumps(results, indent=2, sort_keys=False) + "\n")
+    return path
+
+
+def read_results(path: Path) -> dict[str, Any]:
+    """Parse one results.json; raises ValueError when it is unreadable or lacks the contract fields."""
+    try:
+        res = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: unreadable ({e})") from None
+    missing = [k for k in ("status", "config") if k not in res]
+    if missing:
+        raise ValueError(f"{path}: missing {', '.join(missing)}")
+    return res

@@ -1,0 +1,102 @@
+"""One run, start to finish, from a typed `Config`: data -> norm constructor -> model -> fit -> results.json.
+
+    results = run(Config(model=ModelConfig(name="cnn")), run_dir=Path("outputs/try"))
+
+The CLI calls this with the config Hydra composed; tests and library users call it directly.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from normbench import data, models, norms
+from normbench.config import Config, NormConfig
+from normbench.engine import evaluate, fit, pick_device
+from normbench.errors import UserError
+from normbench.results import git_sha, versions, write_results
+from normbench.tracking import NullTracker, RichTracker, TensorBoardTracker, Trackers
+
+CHECKPOINT = "checkpoint.pt"
+# The HParams tab shows these as discrete choices, so a sweep's runs can be filtered by them.
+DISCRETE = {"norm.name": norms.names, "model.name": models.names, "data.name": data.names}
+
+
+def norm_options(cfg: NormConfig) -> dict[str, Any]:
+    """The options to pass to `norms.create`: those the user (or the norm's yaml) set."""
+    skip = {"name", "track_stats", "track_every"}
+    opts = {k: v for k, v in asdict(cfg).items() if k not in skip and v is not None}
+    if opts.get("impl") == "native":
+        opts.pop("impl")
+    return opts
+
+
+def validate(cfg: Config) -> None:
+    """Reject what cannot work, before any data is read."""
+    if cfg.batch_size < 1:
+        raise UserError(f"batch_size must be >= 1 (got {cfg.batch_size})", "set batch_size=2 or more")
+    if cfg.lr <= 0:
+        raise UserError(f"lr must be > 0 (got {cfg.lr})", "set e.g. lr=1e-3")
+    if cfg.epochs < 1 and cfg.max_steps is None:
+        raise UserError(f"epochs must be >= 1 (got {cfg.epochs}) unless max_steps is set",
+                        "set epochs=1 or more, or max_steps")
+    if cfg.max_steps is not None and cfg.max_steps < 1:
+        raise UserError(f"max_steps must be >= 1 (got {cfg.max_steps})", "set max_steps=null to train by epochs")
+    if cfg.log_every < 1:
+        raise UserError(f"log_every must be >= 1 (got {cfg.log_every})", "set log_every=50")
+
+
+def make_trackers(cfg: Config, run_dir: Path, config_dict: dict) -> Trackers:
+    trackers = []
+    if cfg.progress:
+        trackers.append(RichTracker(f"{cfg.model.name}/{cfg.norm.name} bs={cfg.batch_size}"))
+    if cfg.tensorboard:
+        discrete = {k: list(names()) for k, names in DISCRETE.items()}
+        trackers.append(TensorBoardTracker(run_dir, config_dict, discrete))
+    return Trackers(trackers)
+
+
+def run(cfg: Config, run_dir: Path, tracker=None) -> dict[str, Any]:
+    """Train and test one configuration; write `run_dir/results.json` (also when the run fails)."""
+    started = time.perf_counter()
+    run_dir = Path(run_dir)
+    config_dict = asdict(cfg)
+    validate(cfg)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = pick_device(cfg.device)
+    make = norms.factory(cfg.norm.name, **norm_options(cfg.norm))
+    splits = data.load(cfg.data, device)
+    torch.manual_seed(cfg.seed)
+    model = models.create(cfg.model, make, splits.shape, splits.num_classes).to(device)
+
+    tracker = tracker or make_trackers(cfg, run_dir, config_dict)
+    results: dict[str, Any] = {"status": "failed", "config": config_dict, "versions": versions(),
+                               "git_sha": git_sha(), "device": str(device)}
+    try:
+        fitted = fit(model, splits, cfg, tracker, device, checkpoint=run_dir / CHECKPOINT, resume=cfg.resume)
+        results.update(
+            status=fitted.status, steps=fitted.steps, epochs_done=fitted.epochs_done,
+            train_samples_per_s=fitted.train_samples_per_s, history=fitted.history,
+            val_acc=fitted.history[-1]["acc/val"] if fitted.history else None,
+            diverged_step=fitted.diverged_step,
+            num_params=sum(p.numel() for p in model.parameters()),
+        )
+        if fitted.status == "completed":
+            results["test_loss"], results["test_acc"] = evaluate(model, splits.test_x, splits.test_y,
+                                                                 cfg.eval_batch_size)
+        else:
+            results["test_acc"] = None
+    except BaseException as e:  # a crash or Ctrl-C: record it, keep what was written, re-raise
+        results["error"] = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        results["wall_s"] = time.perf_counter() - started
+        write_results(run_dir, results)
+        tracker.finish(results) if results["status"] != "failed" else None
+        tracker.close()
+    return results
