@@ -97,6 +97,7 @@ def run(cfg: Config, run_dir: Path, tracker=None) -> dict[str, Any]:
     finally:
         results["wall_s"] = time.perf_counter() - started
         write_results(run_dir, results)
-        tracker.finish(results) if results["status"] != "failed" else None
+        if results["status"] != "failed":
+            tracker.finish(results)
         tracker.close()
     return results

@@ -33,11 +33,25 @@ class Trackers(NullTracker):
     def __init__(self, trackers: list):
         self.trackers = trackers
 
-    def start(self, *a, **k): [t.start(*a, **k) for t in self.trackers]
-    def step(self, *a, **k): [t.step(*a, **k) for t in self.trackers]
-    def epoch(self, *a, **k): [t.epoch(*a, **k) for t in self.trackers]
-    def finish(self, *a, **k): [t.finish(*a, **k) for t in self.trackers]
-    def close(self): [t.close() for t in self.trackers]
+    def start(self, *args, **kwargs) -> None:
+        for t in self.trackers:
+            t.start(*args, **kwargs)
+
+    def step(self, *args, **kwargs) -> None:
+        for t in self.trackers:
+            t.step(*args, **kwargs)
+
+    def epoch(self, *args, **kwargs) -> None:
+        for t in self.trackers:
+            t.epoch(*args, **kwargs)
+
+    def finish(self, *args, **kwargs) -> None:
+        for t in self.trackers:
+            t.finish(*args, **kwargs)
+
+    def close(self) -> None:
+        for t in self.trackers:
+            t.close()
 
 
 class RichTracker(NullTracker):
