@@ -44,6 +44,9 @@ class DataConfig:
     val_size: int = 5000  # training samples held out for validation
     subset: Optional[int] = None  # train on only this many samples (smoke runs)
     download: bool = True  # let torchvision download when the files are nowhere on disk
+    augment: bool = False  # augment training batches on the device (validation and test never are)
+    crop_padding: int = 4  # ... random crop of each image zero-padded by this many pixels (0 = no crop)
+    hflip: bool = True  # ... mirror half the images left-right
 
 
 @dataclass

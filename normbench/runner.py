@@ -73,6 +73,7 @@ def run(cfg: Config, run_dir: Path, tracker=None) -> dict[str, Any]:
     splits = data.load(cfg.data, device)
     torch.manual_seed(cfg.seed)
     model = models.create(cfg.model, make, splits.shape, splits.num_classes).to(device)
+    model = data.with_augment(model, cfg.data)  # the model itself unless data.augment=true
 
     tracker = tracker or make_trackers(cfg, run_dir, config_dict)
     results: dict[str, Any] = {"status": "failed", "config": config_dict, "versions": versions(),
