@@ -24,11 +24,11 @@ MODEL_ORDER = ["mlp", "cnn", "rnn"]
 
 
 def _log2_axis(ax, ticks: list[int]) -> None:
-    from matplotlib.ticker import NullMinorLocator
+    from matplotlib.ticker import NullLocator
 
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(set(ticks)), [str(t) for t in sorted(set(ticks))])
-    ax.xaxis.set_minor_locator(NullMinorLocator())
+    ax.xaxis.set_minor_locator(NullLocator())
 
 
 def _batch_dependent(label: str) -> bool:

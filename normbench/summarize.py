@@ -237,9 +237,10 @@ def table_rows(t: Table) -> tuple[list[str], list[list[str]], list[list[bool]]]:
 
 
 def caption(t: Table) -> str:
+    n = uniform_n(t)
     vpc = "; values/channel: the fewest values a norm layer's per-channel statistics see" \
         if t.values_per_channel else ""
-    return (f"test accuracy in %, mean ± std over {uniform_n(t)} seeds unless (n) says otherwise; best per "
+    return (f"test accuracy in %, mean ± std over {n} seed{'s' * (n != 1)} unless (n) says otherwise; best per "
             f"column in bold (* in the terminal); †k: k runs diverged, ✗k: k failed (not in the mean){vpc}")
 
 
@@ -305,8 +306,7 @@ def print_tables(tables: list[Table], problems: list[Run], root: Path, console=N
             rt.add_row(*[f"[bold green]{v} *[/]" if m and v else v for v, m in zip(row, marks)],
                        end_section=t.values_per_channel and i == 0)
         console.print(rt)
-    if tables:
-        console.print(f"[dim]{caption(tables[-1])}[/]")
+        console.print(f"[dim]{caption(t)}[/]")
     if problems:
         console.print("\n[bold]runs not in the tables[/]")
         rt = RichTable()
