@@ -63,7 +63,7 @@ def small_batch_figure(tables: list) -> Figure:
     bn_like = [r for r in labels if _batch_dependent(r)]
     panels = len(models) + bool(bn_like)
     fig = Figure(figsize=(5.2 * panels, 4.2), layout="constrained")
-    axes = fig.subplots(1, panels, squeeze=False)[0]
+    axes = fig.subplots(1, panels, squeeze=False, sharey=True)[0]  # one scale: MLP and CNN compare
     for ax, model in zip(axes, models):
         for label in evals[model].rows:
             cols, mean, std = _series(evals[model], label)
@@ -94,9 +94,9 @@ def small_batch_figure(tables: list) -> Figure:
                     ax.errorbar(x, y, yerr=e, marker=MARKERS[m % len(MARKERS)], ms=5, capsize=3,
                                 color=colors[label], ls="-" if m == 0 else ":", label=f"{label} · {model}")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("values per channel in BN's statistics (batch, or batch × H × W in a conv)")
+        ax.set_xlabel("values per channel in BN's statistics")
         ax.set_ylabel("test accuracy")
-        ax.set_title("batch-dependent norms vs what their statistics see")
+        ax.set_title("batch-dependent norms: batch (MLP) or batch × H × W (CNN)", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(f"small batch · {tables[0].data} · mean ± std over seeds")

@@ -24,6 +24,7 @@ from normbench import data
 from normbench.config import Config
 from normbench.data import varlen
 from normbench.errors import UserError
+from normbench.norms import NormFactory
 
 LR_SCALING = ("none", "linear", "sqrt")
 
@@ -64,24 +65,20 @@ def train_batches(cfg: Config):
     return varlen.train_batches(cfg.varlen) if cfg.varlen.enabled else data.batches
 
 
-class NormProbe:
-    """Wraps a norm constructor, remembering the modules it builds, to count how many values each
-    channel's statistics would see in one training batch (batch for linear layers, batch x H x W for
-    convolutions, batch x T for sequences, batch for a per-step recurrent norm): BatchNorm's fate
+class NormProbe(NormFactory):
+    """A norm constructor (`norms.factory`) that remembers the modules it builds, to count how many values
+    each channel's statistics would see in one training batch (batch for linear layers, batch x H x W
+    for convolutions, batch x T for sequences, batch for a per-step recurrent norm): BatchNorm's fate
     depends on this number more than on the batch size (issue 4)."""
 
-    def __init__(self, make):
-        self.make, self.built = make, []
+    def __init__(self, name: str, **options):
+        super().__init__(name, **options)
+        self.built: list[tuple[nn.Module, int]] = []
 
     def __call__(self, num_features: int, layout: str) -> nn.Module:
-        module = self.make(num_features, layout)
+        module = super().__call__(num_features, layout)
         self.built.append((module, num_features))
         return module
-
-    def __getattr__(self, name: str):  # .linear, .conv2d, .spec, ... come from the wrapped constructor
-        if "make" not in self.__dict__:  # during copy/unpickling, before __init__ ran
-            raise AttributeError(name)
-        return getattr(self.make, name)
 
     @torch.no_grad()
     def values_per_channel(self, model: nn.Module, x: torch.Tensor) -> int | None:

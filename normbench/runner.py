@@ -78,7 +78,7 @@ def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list
             torch.set_num_threads(cfg.threads)
         device = pick_device(cfg.device)
         results.update(device=str(device), torch_threads=torch.get_num_threads())
-        make = regimes.NormProbe(norms.factory(cfg.norm.name, **norm_options(cfg.norm)))
+        make = regimes.NormProbe(cfg.norm.name, **norm_options(cfg.norm))  # a norms.factory that counts
         splits = data.load(cfg.data, device)
         torch.manual_seed(cfg.seed)
         model = models.create(cfg.model, make, splits.shape, splits.num_classes).to(device)

@@ -23,7 +23,7 @@ from normbench.runner import run
 def test_values_per_channel(model, expected):
     """Reference: batch for linear layers, batch x H x W for the smallest conv feature map, batch x T for
     a sequence, counted by hand for a batch of 4 FashionMNIST-sized images."""
-    probe = NormProbe(norms.factory("bn"))
+    probe = NormProbe("bn")
     net = models.create(model, probe, (1, 28, 28), 10)
     net.train()
     assert probe.values_per_channel(net, torch.randn(4, 1, 28, 28)) == expected
