@@ -50,11 +50,15 @@ def _sweep_domains(hc) -> dict[str, list]:
     # As Hydra's BasicSweeper does: the config's sweeper params, then the command line, which wins.
     lines = [f"{k}={v}" for k, v in (sweep.sweeper.get("params") or {}).items()] + list(sweep.overrides.task)
     domains = {}
-    for o in OverridesParser.create().parse_overrides(lines):
-        if o.is_sweep_override():
-            key = o.key_or_group.lstrip("+~")
-            key = f"{key}.name" if key in ("model", "norm", "data") else key
-            domains[key] = sorted(set(o.sweep_iterator()), key=lambda v: (str(type(v)), v))
+    for line in lines:
+        try:  # a glob over a group needs Hydra's config loader: skip what cannot be listed here
+            (o,) = OverridesParser.create().parse_overrides([line])
+            if o.is_sweep_override():
+                key = o.key_or_group.lstrip("+~")
+                key = f"{key}.name" if key in ("model", "norm", "data") else key
+                domains[key] = sorted(set(o.sweep_iterator()), key=lambda v: (str(type(v)), v))
+        except Exception:  # noqa: BLE001  the HParams domain is a convenience, never a reason to fail a run
+            continue
     return domains
 
 

@@ -141,7 +141,8 @@ def variable_length_figure(evals, trains=None) -> Figure:
         bx.set_ylim(max(0.0, min(lows) - pad), min(1.0, max(highs) + pad))
     bx.set_xticks(range(len(settings)), [name for _, _, name in settings], fontsize=8)
     bx.set_ylabel("test accuracy")
-    bx.set_title("mixed lengths and heavy padding")
+    bx.set_title("mixed lengths and heavy padding (y zoomed)")
+    bx.legend(fontsize=7)
     bx.grid(alpha=0.3, axis="y")
     fig.suptitle(f"variable length · {evals.data} · {evals.model} · mean ± std over seeds")
     return fig
