@@ -50,7 +50,7 @@ def table_rows(t: Table) -> tuple[list[str], list[list[str]], list[list[bool]]]:
     winners = {c: t.best(c) for c in t.cols}
     for r in t.rows:
         body.append([r, *[format_cell(t.cells.get((r, c)), n) for c in t.cols]])
-        best.append([False, *[winners[c] == r for c in t.cols]])
+        best.append([False, *[r in winners[c] for c in t.cols]])
     return header, body, best
 
 

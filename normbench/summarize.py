@@ -107,7 +107,7 @@ def measurements(run: Run) -> list[tuple[str, str, float]]:
         pad = f"pad×{c.get('varlen.heavy_pad', 2):g}"
         out = [("test_acc", length, acc) for length, acc in (res.get("test_acc_by_length") or {}).items()]
         out += [("test_acc", "mixed", res.get("test_acc_mixed")), ("test_acc", pad, res.get("test_acc_heavy_pad")),
-                ("test_acc_train_mode", str(c.get("varlen.max_len")), res.get("test_acc_train_mode")),
+                ("test_acc_train_mode", "original", res.get("test_acc_train_mode")),  # the unresized test set
                 ("test_acc_train_mode", "mixed", res.get("test_acc_mixed_train_mode")),
                 ("test_acc_train_mode", pad, res.get("test_acc_heavy_pad_train_mode"))]
     return [(m, a, float(v)) for m, a, v in out if isinstance(v, (int, float))]
@@ -149,13 +149,16 @@ class Table:
         axis = "batch size" if self.regime == SMALL else "test length (rows)"
         return f"{self.regime} · {self.data} · {self.model} · {METRICS[self.metric]} by {axis}"
 
-    def best(self, col: str) -> str | None:
-        scored = [(self.cells[r, col].mean, r) for r in self.rows if (r, col) in self.cells and self.cells[r, col].n]
-        return max(scored)[1] if scored else None
+    def best(self, col: str) -> set[str]:
+        """The rows with the highest mean in column `col` (all of them, on a tie)."""
+        means = {r: self.cells[r, col].mean for r in self.rows if (r, col) in self.cells and self.cells[r, col].n}
+        return {r for r, m in means.items() if m == max(means.values())}
 
 
 def _col_key(col: str):
-    return (0, int(col), "") if col.isdigit() else (1, 0, col)
+    """Numbers (batch sizes, lengths) in order, then the unresized, mixed-length and padded tests."""
+    named = {"original": 0, "mixed": 1}
+    return (0, int(col), "") if col.isdigit() else (1, named.get(col, 2), col)
 
 
 def row_key(label: str):

@@ -146,7 +146,7 @@ def test_labels_keep_apart_what_differs_and_lengths_sort(tmp_path):
     assert labels == {"bn masked=false", "bn", "bn placement=recurrent", "ln", "ln lr=0.01"}
     md = files["md"].read_text()
     assert "| norm | 10 | 28 | 36 | 42 | mixed | pad×2 |" in md
-    assert "| norm | 28 | mixed | pad×2 |" in md  # the batch-statistics table
+    assert "| norm | original | mixed | pad×2 |" in md  # the batch-statistics table
     assert int(rows["rnn", "bn masked=false", "test_acc", "42"]["n"]) == 2
     assert float(rows["rnn", "bn", "test_acc_train_mode", "pad×2"]["mean"]) == 0.7
     assert files["variable_length_fashion_mnist_rnn"].exists()
