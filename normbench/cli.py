@@ -37,6 +37,31 @@ def _fail(e: BaseException, debug: bool) -> int:
     return 2
 
 
+def _sweep_domains(hc) -> dict[str, list]:
+    """The values each swept key takes in this run's sweep ({"batch_size": [2, 8, 32]}), read from the
+    sweep's multirun.yaml, for TensorBoard's HParams tab. Groups map to their name key (norm -> norm.name)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    path = os.path.join(hc.sweep.dir, "multirun.yaml")
+    if not os.path.exists(path):
+        return {}
+    sweep = OmegaConf.load(path).hydra
+    # As Hydra's BasicSweeper does: the config's sweeper params, then the command line, which wins.
+    lines = [f"{k}={v}" for k, v in (sweep.sweeper.get("params") or {}).items()] + list(sweep.overrides.task)
+    domains = {}
+    for line in lines:
+        try:  # a glob over a group needs Hydra's config loader: skip what cannot be listed here
+            (o,) = OverridesParser.create().parse_overrides([line])
+            if o.is_sweep_override():
+                key = o.key_or_group.lstrip("+~")
+                key = f"{key}.name" if key in ("model", "norm", "data") else key
+                domains[key] = sorted(set(o.sweep_iterator()), key=lambda v: (str(type(v)), v))
+        except Exception:  # noqa: BLE001  the HParams domain is a convenience, never a reason to fail a run
+            continue
+    return domains
+
+
 def _hydra_train(argv: list[str]) -> int:
     import hydra
     from hydra.core.config_store import ConfigStore
@@ -54,12 +79,20 @@ def _hydra_train(argv: list[str]) -> int:
     def train(dict_cfg) -> None:
         cfg: Config = OmegaConf.to_object(dict_cfg)
         hc = HydraConfig.get()
+        sweep = hc.mode == RunMode.MULTIRUN
         try:
-            run(cfg, hc.runtime.output_dir)
+            run(cfg, hc.runtime.output_dir, hparam_domains=_sweep_domains(hc) if sweep else None)
         except UserError as e:
+            if sweep:
+                print(f"normbench: job {hc.job.num} ({hc.job.override_dirname}) failed", file=sys.stderr)
             status["code"] = _fail(e, cfg.debug)
-            if hc.mode != RunMode.MULTIRUN:  # a sweep goes on with its other runs
+            if not sweep:
                 raise SystemExit(status["code"]) from None
+        except Exception as e:  # noqa: BLE001  in a sweep, one crash must not stop the others
+            if not sweep:
+                raise
+            print(f"normbench: job {hc.job.num} ({hc.job.override_dirname}) crashed", file=sys.stderr)
+            status["code"] = _fail(e, True)
         except KeyboardInterrupt:
             print("normbench: interrupted; what was done is saved in the run directory", file=sys.stderr)
             raise SystemExit(130) from None
@@ -77,6 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "train":
         return _hydra_train(rest)
+    if command == "summarize":
+        from normbench.summarize import main as summarize
+
+        try:
+            return summarize(rest)
+        except UserError as e:
+            return _fail(e, False)
     print(f"normbench: error: unknown command {command!r}; choose train, norms or summarize "
           "(see normbench --help)", file=sys.stderr)
     return 2

@@ -50,15 +50,30 @@ class DataConfig:
 
 
 @dataclass
+class VarLenConfig:
+    # The variable-length regime (DESIGN.md): rows as time steps, each sample resized to its own length.
+    enabled: bool = False  # train on samples resized along their height to random lengths (RNN only)
+    min_len: int = 10  # shortest training length, in rows
+    max_len: int = 28  # longest training length, in rows
+    test_lengths: List[int] = field(default_factory=lambda: [10, 14, 20, 28, 36, 42])  # also longer than trained
+    heavy_pad: float = 2.0  # heavy-padding test: each batch padded to this x its longest length
+    train_pad: float = 1.0  # training batches padded to this x their longest length (2 = train under heavy padding)
+    test_seed: int = 0  # draws the mixed test lengths, the same for every run so runs compare
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     norm: NormConfig = field(default_factory=NormConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    varlen: VarLenConfig = field(default_factory=VarLenConfig)
     batch_size: int = 64  # training batch size
     epochs: int = 5  # passes over the training set
     max_steps: Optional[int] = None  # stop after this many optimizer steps (smoke runs, benchmarks)
     optimizer: str = "adam"  # adam | sgd
-    lr: float = 1e-3  # peak learning rate
+    lr: float = 1e-3  # peak learning rate (at lr_ref_batch when lr_scaling is not none)
+    lr_scaling: str = "none"  # none | linear | sqrt: lr x (batch_size / lr_ref_batch), or its square root
+    lr_ref_batch: int = 64  # the batch size at which `lr` applies unscaled
     momentum: float = 0.9  # SGD momentum
     weight_decay: float = 0.0  # L2 penalty (decoupled for adam: AdamW)
     schedule: str = "cosine"  # cosine (to 0 over the run, after warmup) | constant

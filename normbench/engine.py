@@ -107,8 +107,11 @@ def plan_steps(cfg: Config, n_train: int) -> tuple[int, int]:
 
 
 def fit(model: nn.Module, splits: Splits, cfg: Config, tracker, device: torch.device,
-        checkpoint: Path | None = None, resume: bool = False) -> FitResult:
+        checkpoint: Path | None = None, resume: bool = False, batch_fn=batches) -> FitResult:
     """Train `model` on `splits.train_*`, evaluating on `splits.val_*` after every epoch.
+
+    `batch_fn` yields the training batches (x, y, lengths) with `data.batches`' signature; the
+    variable-length regime passes its own (samples resized to random lengths, right-padded).
 
     With `checkpoint`, the full state (model, optimizer, schedule, RNG, history) is saved atomically
     after every epoch; `resume=True` continues from it, bit-identical on CPU to an unbroken run.
@@ -129,7 +132,7 @@ def fit(model: nn.Module, splits: Splits, cfg: Config, tracker, device: torch.de
     for epoch in range(out.epochs_done, epochs):
         model.train()
         epoch_start = time.perf_counter()
-        for x, y, lengths in batches(splits.train_x, splits.train_y, cfg.batch_size, shuffle=True,
+        for x, y, lengths in batch_fn(splits.train_x, splits.train_y, cfg.batch_size, shuffle=True,
                                      generator=shuffle, drop_last=True):
             logits = model(x, lengths)
             loss = F.cross_entropy(logits, y)

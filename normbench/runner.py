@@ -8,13 +8,13 @@ The CLI calls this with the config Hydra composed; tests and library users call 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from normbench import data, models, norms
+from normbench import data, models, norms, regimes
 from normbench.config import Config, NormConfig
 from normbench.engine import evaluate, fit, pick_device
 from normbench.errors import UserError
@@ -48,38 +48,48 @@ def validate(cfg: Config) -> None:
         raise UserError(f"max_steps must be >= 1 (got {cfg.max_steps})", "set max_steps=null to train by epochs")
     if cfg.log_every < 1:
         raise UserError(f"log_every must be >= 1 (got {cfg.log_every})", "set log_every=50")
+    regimes.validate(cfg)
 
 
-def make_trackers(cfg: Config, run_dir: Path, config_dict: dict) -> Trackers:
+def make_trackers(cfg: Config, run_dir: Path, config_dict: dict,
+                  hparam_domains: dict[str, list] | None = None) -> Trackers:
     trackers = []
     if cfg.progress:
         trackers.append(RichTracker(f"{cfg.model.name}/{cfg.norm.name} bs={cfg.batch_size}"))
     if cfg.tensorboard:
         discrete = {k: list(names()) for k, names in DISCRETE.items()}
+        discrete.update({k: list(v) for k, v in (hparam_domains or {}).items() if k not in discrete})
         trackers.append(TensorBoardTracker(run_dir, config_dict, discrete))
     return Trackers(trackers)
 
 
-def run(cfg: Config, run_dir: Path, tracker=None) -> dict[str, Any]:
-    """Train and test one configuration; write `run_dir/results.json` (also when the run fails)."""
+def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list] | None = None) -> dict[str, Any]:
+    """Train and test one configuration; write `run_dir/results.json` (also when the run fails, setup
+    included, so a sweep's summary can list the failure). `hparam_domains`: extra discrete HParams
+    domains, e.g. {"batch_size": [2, 8, 32]} from the sweep this run belongs to."""
     started = time.perf_counter()
     run_dir = Path(run_dir)
     config_dict = asdict(cfg)
-    validate(cfg)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    device = pick_device(cfg.device)
-    make = norms.factory(cfg.norm.name, **norm_options(cfg.norm))
-    splits = data.load(cfg.data, device)
-    torch.manual_seed(cfg.seed)
-    model = models.create(cfg.model, make, splits.shape, splits.num_classes).to(device)
-    model = data.with_augment(model, cfg.data)  # the model itself unless data.augment=true
-
-    tracker = tracker or make_trackers(cfg, run_dir, config_dict)
     results: dict[str, Any] = {"status": "failed", "config": config_dict, "versions": versions(),
-                               "git_sha": git_sha(), "device": str(device)}
+                               "git_sha": git_sha()}
     try:
-        fitted = fit(model, splits, cfg, tracker, device, checkpoint=run_dir / CHECKPOINT, resume=cfg.resume)
+        validate(cfg)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        device = pick_device(cfg.device)
+        results.update(device=str(device), torch_threads=torch.get_num_threads())
+        make = regimes.NormProbe(cfg.norm.name, **norm_options(cfg.norm))  # a norms.factory that counts
+        splits = data.load(cfg.data, device)
+        torch.manual_seed(cfg.seed)
+        model = models.create(cfg.model, make, splits.shape, splits.num_classes).to(device)
+        model = data.with_augment(model, cfg.data)  # the model itself unless data.augment=true
+        results["norm_values_per_channel"] = make.values_per_channel(model, splits.train_x[:cfg.batch_size])
+        train_cfg = replace(cfg, lr=regimes.scaled_lr(cfg))  # the config records the base lr
+        results["lr_effective"] = train_cfg.lr
+
+        tracker = tracker or make_trackers(cfg, run_dir, config_dict, hparam_domains)
+        fitted = fit(model, splits, train_cfg, tracker, device, checkpoint=run_dir / CHECKPOINT,
+                     resume=cfg.resume, batch_fn=regimes.train_batches(cfg))
         results.update(
             status=fitted.status, steps=fitted.steps, epochs_done=fitted.epochs_done,
             train_samples_per_s=fitted.train_samples_per_s, history=fitted.history,
@@ -90,15 +100,18 @@ def run(cfg: Config, run_dir: Path, tracker=None) -> dict[str, Any]:
         if fitted.status == "completed":
             results["test_loss"], results["test_acc"] = evaluate(model, splits.test_x, splits.test_y,
                                                                  cfg.eval_batch_size)
+            results.update(regimes.extra_evaluations(model, splits, cfg))
         else:
             results["test_acc"] = None
     except BaseException as e:  # a crash or Ctrl-C: record it, keep what was written, re-raise
+        results["status"] = "failed"
         results["error"] = f"{type(e).__name__}: {e}"
         raise
     finally:
         results["wall_s"] = time.perf_counter() - started
         write_results(run_dir, results)
-        if results["status"] != "failed":
-            tracker.finish(results)
-        tracker.close()
+        if tracker is not None:
+            if results["status"] != "failed":
+                tracker.finish(results)
+            tracker.close()
     return results

@@ -1,0 +1,79 @@
+"""What the regimes add to a run (normbench/regimes.py, via the runner): the effective learning rate, the
+values each norm's statistics see, the batch-statistics test accuracy, the variable-length evaluations,
+and a results.json even when setup fails."""
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from normbench import data, models, norms
+from normbench.config import ModelConfig, VarLenConfig
+from normbench.errors import UserError
+from normbench.regimes import NormProbe, extra_evaluations
+from normbench.runner import run
+
+
+@pytest.mark.parametrize("model, expected", [
+    (ModelConfig(name="mlp", hidden=16), 4),  # a linear layer's BN averages over the batch alone
+    (ModelConfig(name="cnn", channels=[8, 16], hidden=16), 4 * 14 * 14),  # the 2nd conv stage sees 14x14
+    (ModelConfig(name="rnn", hidden=16), 4 * 28),  # a sequence norm averages over batch x time
+])
+def test_values_per_channel(model, expected):
+    """Reference: batch for linear layers, batch x H x W for the smallest conv feature map, batch x T for
+    a sequence, counted by hand for a batch of 4 FashionMNIST-sized images."""
+    probe = NormProbe("bn")
+    net = models.create(model, probe, (1, 28, 28), 10)
+    net.train()
+    assert probe.values_per_channel(net, torch.randn(4, 1, 28, 28)) == expected
+    assert net.training  # the probe ran in eval mode and gave the mode back
+    assert all(m.num_batches_tracked == 0 for m, _ in probe.built)  # no running-statistics update
+
+
+def test_batch_statistics_evaluation_restores_the_model(tiny_cfg):
+    """Reference: the model's state before the batch-statistics evaluation (training mode updates BN's
+    running statistics; the reported test_acc must not depend on evaluation order)."""
+    splits = data.load(tiny_cfg.data, torch.device("cpu"))
+    net = models.create(replace(tiny_cfg.model, dropout=0.5), norms.factory("bn"), splits.shape, 10).eval()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    out = extra_evaluations(net, splits, tiny_cfg)
+    assert 0 <= out["test_acc_train_mode"] <= 1
+    for k, v in net.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert not net.training
+
+
+def test_layer_norm_is_the_same_in_train_and_eval(tiny_cfg, tmp_path):
+    """Reference: LN has no batch statistics, so its test accuracy with norms in training mode (dropout
+    off) equals the eval-mode one exactly, on the same test set cut to whole training batches."""
+    cfg = replace(tiny_cfg, norm=replace(tiny_cfg.norm, name="ln"), batch_size=20, lr_scaling="linear")
+    res = run(cfg, tmp_path / "ln")
+    assert res["status"] == "completed"
+    assert res["test_acc_train_mode"] == res["test_acc"]  # 200 test samples = 10 batches of 20
+    assert res["lr_effective"] == pytest.approx(cfg.lr * 20 / 64)
+    assert res["norm_values_per_channel"] == 20
+
+
+def test_variable_length_run_records_every_test(tiny_cfg, tmp_path):
+    """Reference: DESIGN.md's variable-length report: accuracy per test length (inside the trained range
+    and longer), on mixed lengths, and under heavy padding, each also with batch statistics."""
+    cfg = replace(tiny_cfg, model=ModelConfig(name="rnn", hidden=16), norm=replace(tiny_cfg.norm, masked=False),
+                  varlen=VarLenConfig(enabled=True, min_len=10, max_len=20, test_lengths=[10, 20, 30]))
+    res = run(cfg, tmp_path / "vl")
+    assert res["status"] == "completed"
+    assert set(res["test_acc_by_length"]) == {"10", "20", "30"}
+    for key in ("test_acc_mixed", "test_acc_heavy_pad", "test_acc_mixed_train_mode",
+                "test_acc_heavy_pad_train_mode", "test_acc_train_mode"):
+        assert 0 <= res[key] <= 1, key
+    # Running statistics and a causal RNN: extra padding after the last real step changes nothing.
+    assert res["test_acc_heavy_pad"] == res["test_acc_mixed"]
+
+
+def test_varlen_needs_the_rnn(tiny_cfg, tmp_path):
+    """Reference: the CLI's one-line user error, and a results.json with status failed for summarize."""
+    cfg = replace(tiny_cfg, varlen=VarLenConfig(enabled=True))
+    with pytest.raises(UserError, match="model=rnn"):
+        run(cfg, tmp_path / "bad")
+    res = json.loads((tmp_path / "bad" / "results.json").read_text())
+    assert res["status"] == "failed" and "model=rnn" in res["error"]
