@@ -14,14 +14,14 @@ from typing import Any
 
 import torch
 
-from normbench import data, models, norms
+from normbench import data, guards, models, norms
 from normbench.config import Config, NormConfig
 from normbench.engine import evaluate, fit, pick_device
 from normbench.errors import UserError
 from normbench.results import git_sha, versions, write_results
 from normbench.tracking import NullTracker, RichTracker, TensorBoardTracker, Trackers
 
-CHECKPOINT = "checkpoint.pt"
+CHECKPOINT = guards.CHECKPOINT
 # The HParams tab shows these as discrete choices, so a sweep's runs can be filtered by them.
 DISCRETE = {"norm.name": norms.names, "model.name": models.names, "data.name": data.names}
 
@@ -65,20 +65,28 @@ def run(cfg: Config, run_dir: Path, tracker=None) -> dict[str, Any]:
     started = time.perf_counter()
     run_dir = Path(run_dir)
     config_dict = asdict(cfg)
-    validate(cfg)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    device = pick_device(cfg.device)
-    make = norms.factory(cfg.norm.name, **norm_options(cfg.norm))
-    splits = data.load(cfg.data, device)
-    torch.manual_seed(cfg.seed)
-    model = models.create(cfg.model, make, splits.shape, splits.num_classes).to(device)
-
-    tracker = tracker or make_trackers(cfg, run_dir, config_dict)
-    results: dict[str, Any] = {"status": "failed", "config": config_dict, "versions": versions(),
-                               "git_sha": git_sha(), "device": str(device)}
+    guards.check_writable(run_dir)
+    if cfg.resume and (finished := guards.resume_state(run_dir, config_dict)) is not None:
+        return finished
+    results: dict[str, Any] = {"status": "failed", "error": guards.UNFINISHED, "config": config_dict,
+                               "versions": versions(), "git_sha": git_sha()}
+    write_results(run_dir, results)  # a run killed from now on leaves a results.json that says so
+    trackers = None
     try:
-        fitted = fit(model, splits, cfg, tracker, device, checkpoint=run_dir / CHECKPOINT, resume=cfg.resume)
+        validate(cfg)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        device = pick_device(cfg.device)
+        results["device"] = str(device)
+        make = guards.LayoutRecorder(norms.factory(cfg.norm.name, **norm_options(cfg.norm)))
+        splits = data.load(cfg.data, device)
+        torch.manual_seed(cfg.seed)
+        model = models.create(cfg.model, make, splits.shape, splits.num_classes).to(device)
+        guards.check_batch_statistics(cfg, make.layouts)
+
+        trackers = tracker or make_trackers(cfg, run_dir, config_dict)
+        fitted = fit(model, splits, cfg, trackers, device, checkpoint=run_dir / CHECKPOINT, resume=cfg.resume)
+        results.pop("error")
         results.update(
             status=fitted.status, steps=fitted.steps, epochs_done=fitted.epochs_done,
             train_samples_per_s=fitted.train_samples_per_s, history=fitted.history,
@@ -91,12 +99,13 @@ def run(cfg: Config, run_dir: Path, tracker=None) -> dict[str, Any]:
                                                                  cfg.eval_batch_size)
         else:
             results["test_acc"] = None
-    except BaseException as e:  # a crash or Ctrl-C: record it, keep what was written, re-raise
-        results["error"] = f"{type(e).__name__}: {e}"
+    except BaseException as e:  # a crash, a user error or Ctrl-C: record it, keep what was written, re-raise
+        results["status"], results["error"] = "failed", guards.describe(e)
         raise
     finally:
         results["wall_s"] = time.perf_counter() - started
         write_results(run_dir, results)
-        tracker.finish(results) if results["status"] != "failed" else None
-        tracker.close()
+        if trackers is not None:
+            trackers.finish(results) if results["status"] != "failed" else None
+            trackers.close()
     return results
