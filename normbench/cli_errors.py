@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import typing
 from importlib import resources
 
@@ -101,9 +102,10 @@ def wrong_type(key: str, value) -> UserError:
         return UserError(f"{key}={value} has the wrong type", "see `normbench train --help` for each key's type")
     field = next(f for f in dataclasses.fields(node) if f.name == leaf)
     default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
-    default = "null" if default is None else str(default).lower() if isinstance(default, bool) else default
-    return UserError(f"{key}={value}: {key} takes {_type_words(typing.get_type_hints(node)[leaf])}",
-                     f"for example {key}={default} (its default)")
+    what = f"{key}={value}: {key} takes {_type_words(typing.get_type_hints(node)[leaf])}"
+    if default is None:
+        return UserError(what, "its default is null (leave it out to keep it)")
+    return UserError(what, f"for example {key}={json.dumps(default, separators=(',', ':'))} (its default)")
 
 
 def one_line(text: str) -> str:

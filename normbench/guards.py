@@ -110,7 +110,8 @@ def resume_state(run_dir: Path, config: dict) -> dict | None:
     try:  # written atomically, so only a foreign or damaged file fails here
         torch.load(checkpoint, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise UserError(f"cannot read {checkpoint} ({type(e).__name__}: {str(e).splitlines()[0]})",
+        # (torch's own message suggests weights_only=False: never for a file we cannot vouch for)
+        raise UserError(f"cannot read {checkpoint}: damaged, or not a normbench checkpoint ({type(e).__name__})",
                         "delete it to start over, or run without resume=true in a new directory") from None
     return None
 

@@ -57,6 +57,9 @@ BAD_INPUTS = {
     "wrong type float": ({"lr": "fast"}, ["lr=fast: lr takes a number"]),
     "wrong type list": ({"model.channels": "abc"}, ["model.channels takes a list of integers"]),
     "bad syntax": ({"batch_size": "[1"}, ["cannot parse the overrides"]),
+    "empty group option": ({"norm": ""}, ["no norm given; choose one of:"]),
+    "wrong type bool": ({"resume": "maybe"}, ["resume=maybe: resume takes true or false"]),
+    "wrong type optional": ({"norm.groups": "x"}, ["norm.groups takes an integer or null"]),
     # found by the runner, before any data is read
     "batch_size < 1": ({"batch_size": 0}, ["batch_size must be >= 1 (got 0)"]),
     "lr = 0": ({"lr": 0}, ["lr must be > 0 (got 0.0)"]),
@@ -71,6 +74,15 @@ BAD_INPUTS = {
     "BN at batch size 1": ({"batch_size": 1}, ["at batch_size=1 the mlp's linear layers give it one value per "
                                                "channel", "use batch_size=2 or more", "ln, gn"]),
     "unknown optimizer": ({"optimizer": "adamw"}, ["unknown optimizer 'adamw'", "optimizer=adam"]),
+    "log_every < 1": ({"log_every": 0}, ["log_every must be >= 1"]),
+    "unknown schedule": ({"schedule": "linear"}, ["unknown schedule 'linear'"]),
+    "unknown device": ({"device": "tpu"}, ["unknown device 'tpu'"]),
+    "norm undefined on layout": ({"norm": "in"}, ["in is not defined on flat features", "use ln or bn"]),
+    "too many conv stages": ({"model": "cnn", "model.channels": "[8,8,8,8,8,8]"}, ["pool a 28x28 image to nothing"]),
+    "val_size too large": ({"data.val_size": 100000}, ["data.val_size=100000 must be in [0, 600)"]),
+    "subset < 1": ({"data.subset": 0}, ["data.subset=0 must be >= 1"]),
+    "batch larger than data": ({"batch_size": 1000}, ["batch_size=1000 is larger than the 500 training samples"]),
+    "unknown RNN cell": ({"model": "rnn", "model.cell": "transformer"}, ["unknown RNN cell 'transformer'"]),
 }
 
 
@@ -95,6 +107,12 @@ def test_run_dir_under_a_file(tiny_root, tmp_path):
     (tmp_path / "afile").write_text("x")
     r = normbench_cli("train", *quiet(tiny_root, tmp_path / "afile" / "run"), cwd=tmp_path)
     assert_one_line_error(r, "cannot write", "afile", "writable directory")
+
+
+def test_unwritable_sweep_dir(tiny_root, tmp_path):
+    args = [a for a in quiet(tiny_root, "x") if not a.startswith("hydra.")]
+    r = normbench_cli("train", "-m", "norm=bn,ln", *args, "hydra.sweep.dir=/proc/normbench", cwd=tmp_path)
+    assert_one_line_error(r, "cannot write /proc/normbench", "hydra.sweep.dir")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
