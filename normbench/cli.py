@@ -80,17 +80,19 @@ def _hydra_train(argv: list[str]) -> int:
     ConfigStore.instance().store(name="base_config", node=Config)
     overrides = [a for a in argv if "=" in a and not a.startswith("-")]
     debug = _debug(overrides)
-    started, outcome = {"task": False}, {}
+    # What the task saw, for the handlers below: did it start (else an error is Hydra's), how to resume.
+    seen, outcome = {"task": False, "again": "resume=true"}, {}
 
     @hydra.main(config_path="configs", config_name="config", version_base="1.3")
     def train(dict_cfg) -> None:
-        started["task"] = True
+        seen["task"] = True
         from normbench.runner import run  # torch loads here, so a mistyped override fails fast
 
         cfg: Config = OmegaConf.to_object(dict_cfg)
         hc = HydraConfig.get()
         multirun = hc.mode == RunMode.MULTIRUN
-        started["resume"] = f"hydra.sweep.dir={hc.sweep.dir}" if multirun else f"hydra.run.dir={hc.runtime.output_dir}"
+        where = f"hydra.sweep.dir={hc.sweep.dir}" if multirun else f"hydra.run.dir={hc.runtime.output_dir}"
+        seen["again"] = f"resume=true {where}"
         try:
             res = run(cfg, hc.runtime.output_dir)
             if res["status"] == "diverged":  # a result, not a failure: exit status 0, said once
@@ -124,14 +126,13 @@ def _hydra_train(argv: list[str]) -> int:
         return e.code
     except KeyboardInterrupt as e:
         name = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
-        again = f"resume=true {started['resume']}" if "resume" in started else "resume=true"
         print(f"normbench: interrupted ({name}); finished epochs are kept in checkpoint.pt: rerun the same "
-              f"command with {again}", file=sys.stderr)
+              f"command with {seen['again']}", file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
     except Exception as e:
-        explained = None if started["task"] else cli_errors.explain(e, overrides)
+        explained = None if seen["task"] else cli_errors.explain(e, overrides)
         if explained is None:
-            if isinstance(e, OSError) and not started["task"]:
+            if isinstance(e, OSError) and not seen["task"]:
                 return _run_dir_error(e, debug)
             raise
         if debug:

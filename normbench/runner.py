@@ -71,7 +71,6 @@ def run(cfg: Config, run_dir: Path, tracker=None) -> dict[str, Any]:
     results: dict[str, Any] = {"status": "failed", "error": guards.UNFINISHED, "config": config_dict,
                                "versions": versions(), "git_sha": git_sha()}
     write_results(run_dir, results)  # a run killed from now on leaves a results.json that says so
-    trackers = None
     try:
         validate(cfg)
         if cfg.threads:
@@ -84,8 +83,8 @@ def run(cfg: Config, run_dir: Path, tracker=None) -> dict[str, Any]:
         model = models.create(cfg.model, make, splits.shape, splits.num_classes).to(device)
         guards.check_batch_statistics(cfg, make.layouts)
 
-        trackers = tracker or make_trackers(cfg, run_dir, config_dict)
-        fitted = fit(model, splits, cfg, trackers, device, checkpoint=run_dir / CHECKPOINT, resume=cfg.resume)
+        tracker = tracker or make_trackers(cfg, run_dir, config_dict)
+        fitted = fit(model, splits, cfg, tracker, device, checkpoint=run_dir / CHECKPOINT, resume=cfg.resume)
         results.pop("error")
         results.update(
             status=fitted.status, steps=fitted.steps, epochs_done=fitted.epochs_done,
@@ -105,7 +104,7 @@ def run(cfg: Config, run_dir: Path, tracker=None) -> dict[str, Any]:
     finally:
         results["wall_s"] = time.perf_counter() - started
         write_results(run_dir, results)
-        if trackers is not None:
-            trackers.finish(results) if results["status"] != "failed" else None
-            trackers.close()
+        if tracker is not None:
+            tracker.finish(results) if results["status"] != "failed" else None
+            tracker.close()
     return results
