@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 
@@ -30,11 +31,40 @@ examples:
 """
 
 
-def _fail(e: BaseException, debug: bool) -> int:
-    if debug or os.environ.get("NORMBENCH_DEBUG"):
+def _debug(overrides: list[str]) -> bool:
+    """`debug=true` (read from the command line, so it works even when composition fails) or NORMBENCH_DEBUG."""
+    on = ("true", "1", "yes", "on")
+    return os.environ.get("NORMBENCH_DEBUG", "").lower() in on or any(
+        a.lstrip("+").lower() in {f"debug={v}" for v in on} for a in overrides)
+
+
+def _fail(e: BaseException, debug: bool, code: int = 2) -> int:
+    if debug:
         traceback.print_exception(e)
     print(f"normbench: error: {e}", file=sys.stderr)
-    return 2
+    return code
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a cluster preempting the job) stops a run like Ctrl-C: results.json says so."""
+
+
+class JobFailed(Exception):
+    """One run of a sweep failed; Hydra's sweeper re-raises it once every other run has finished."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message, code)
+        self.message, self.code = message, code
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated("SIGTERM")
+
+
+def _run_dir_error(e: OSError, debug: bool) -> int:
+    # Hydra creates the run directory and writes .hydra/ into it before the task starts.
+    return _fail(UserError(f"cannot write {e.filename or 'the run directory'} ({e.strerror or e})",
+                           "point hydra.run.dir (hydra.sweep.dir with -m) at a writable directory"), debug)
 
 
 def _sweep_domains(hc) -> dict[str, list]:
@@ -69,37 +99,71 @@ def _hydra_train(argv: list[str]) -> int:
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
+    from normbench import cli_errors
     from normbench.config import Config
-    from normbench.runner import run
 
     ConfigStore.instance().store(name="base_config", node=Config)
-    status = {"code": 0}
+    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
+    debug = _debug(overrides)
+    # What the task saw, for the handlers below: did it start (else an error is Hydra's), how to resume.
+    seen, outcome = {"task": False, "again": "resume=true"}, {}
 
     @hydra.main(config_path="configs", config_name="config", version_base="1.3")
     def train(dict_cfg) -> None:
+        seen["task"] = True
+        from normbench.runner import run  # torch loads here, so a mistyped override fails fast
+
         cfg: Config = OmegaConf.to_object(dict_cfg)
         hc = HydraConfig.get()
-        sweep = hc.mode == RunMode.MULTIRUN
+        multirun = hc.mode == RunMode.MULTIRUN
+        where = f"hydra.sweep.dir={hc.sweep.dir}" if multirun else f"hydra.run.dir={hc.runtime.output_dir}"
+        seen["again"] = f"resume=true {where}"
         try:
-            run(cfg, hc.runtime.output_dir, hparam_domains=_sweep_domains(hc) if sweep else None)
-        except UserError as e:
-            if sweep:
-                print(f"normbench: job {hc.job.num} ({hc.job.override_dirname}) failed", file=sys.stderr)
-            status["code"] = _fail(e, cfg.debug)
-            if not sweep:
-                raise SystemExit(status["code"]) from None
-        except Exception as e:  # noqa: BLE001  in a sweep, one crash must not stop the others
-            if not sweep:
-                raise
-            print(f"normbench: job {hc.job.num} ({hc.job.override_dirname}) crashed", file=sys.stderr)
-            status["code"] = _fail(e, True)
-        except KeyboardInterrupt:
-            print("normbench: interrupted; what was done is saved in the run directory", file=sys.stderr)
-            raise SystemExit(130) from None
+            res = run(cfg, hc.runtime.output_dir, hparam_domains=_sweep_domains(hc) if multirun else None)
+            if res["status"] == "diverged":  # a result, not a failure: exit status 0, said once
+                print(f"normbench: diverged at step {res['diverged_step']} (non-finite loss); recorded in "
+                      f"{hc.runtime.output_dir}/results.json", file=sys.stderr)
+        except Exception as e:
+            if not multirun:  # raised again below, outside Hydra, which would print more
+                outcome["error"] = e
+                return
+            # A sweep goes on with its other runs; each failure is said once, here.
+            user = isinstance(e, UserError)
+            if not user or debug:
+                traceback.print_exception(e)
+            print(f"normbench: error: run {hc.job.num} ({hc.runtime.output_dir}) failed: {e}", file=sys.stderr)
+            raise JobFailed(f"runs of the sweep failed (the first: run {hc.job.num}); the others finished: "
+                            "each run's results.json says how", 2 if user else 1) from None
 
+    # Hydra raises instead of printing its multi-line report; the handlers below say it in one line.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    signal.signal(signal.SIGTERM, _on_sigterm)
     sys.argv = ["normbench train", *argv]
-    train()
-    return status["code"]
+    try:
+        cli_errors.check_added_keys(overrides)
+        train()
+        if "error" in outcome:
+            raise outcome["error"]
+    except UserError as e:
+        return _fail(e, debug)
+    except JobFailed as e:
+        print(f"normbench: error: {e.message}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt as e:
+        name = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
+        print(f"normbench: interrupted ({name}); finished epochs are kept in checkpoint.pt: rerun the same "
+              f"command with {seen['again']}", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
+    except Exception as e:
+        explained = None if seen["task"] else cli_errors.explain(e, overrides)
+        if explained is None:
+            if isinstance(e, OSError) and not seen["task"]:
+                return _run_dir_error(e, debug)
+            raise
+        if debug:
+            traceback.print_exception(e)
+        return _fail(explained, debug=False)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,10 +74,12 @@ class NormProbe(NormFactory):
     def __init__(self, name: str, **options):
         super().__init__(name, **options)
         self.built: list[tuple[nn.Module, int]] = []
+        self.layouts: set[str] = set()
 
     def __call__(self, num_features: int, layout: str) -> nn.Module:
         module = super().__call__(num_features, layout)
         self.built.append((module, num_features))
+        self.layouts.add(layout)
         return module
 
     @torch.no_grad()

@@ -14,14 +14,14 @@ from typing import Any
 
 import torch
 
-from normbench import data, models, norms, regimes
+from normbench import data, guards, models, norms, regimes
 from normbench.config import Config, NormConfig
 from normbench.engine import evaluate, fit, pick_device
 from normbench.errors import UserError
 from normbench.results import git_sha, versions, write_results
 from normbench.tracking import NullTracker, RichTracker, TensorBoardTracker, Trackers
 
-CHECKPOINT = "checkpoint.pt"
+CHECKPOINT = guards.CHECKPOINT
 # The HParams tab shows these as discrete choices, so a sweep's runs can be filtered by them.
 DISCRETE = {"norm.name": norms.names, "model.name": models.names, "data.name": data.names}
 
@@ -70,8 +70,12 @@ def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list
     started = time.perf_counter()
     run_dir = Path(run_dir)
     config_dict = asdict(cfg)
-    results: dict[str, Any] = {"status": "failed", "config": config_dict, "versions": versions(),
-                               "git_sha": git_sha()}
+    guards.check_writable(run_dir)
+    if cfg.resume and (finished := guards.resume_state(run_dir, config_dict)) is not None:
+        return finished
+    results: dict[str, Any] = {"status": "failed", "error": guards.UNFINISHED, "config": config_dict,
+                               "versions": versions(), "git_sha": git_sha()}
+    write_results(run_dir, results)  # a run killed from now on leaves a results.json that says so
     try:
         validate(cfg)
         if cfg.threads:
@@ -83,13 +87,16 @@ def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list
         torch.manual_seed(cfg.seed)
         model = models.create(cfg.model, make, splits.shape, splits.num_classes).to(device)
         model = data.with_augment(model, cfg.data)  # the model itself unless data.augment=true
-        results["norm_values_per_channel"] = make.values_per_channel(model, splits.train_x[:cfg.batch_size])
+        values = make.values_per_channel(model, splits.train_x[:cfg.batch_size])
+        guards.check_batch_statistics(cfg, values, make.layouts)
+        results["norm_values_per_channel"] = values
         train_cfg = replace(cfg, lr=regimes.scaled_lr(cfg))  # the config records the base lr
         results["lr_effective"] = train_cfg.lr
 
         tracker = tracker or make_trackers(cfg, run_dir, config_dict, hparam_domains)
         fitted = fit(model, splits, train_cfg, tracker, device, checkpoint=run_dir / CHECKPOINT,
                      resume=cfg.resume, batch_fn=regimes.train_batches(cfg))
+        results.pop("error")
         results.update(
             status=fitted.status, steps=fitted.steps, epochs_done=fitted.epochs_done,
             train_samples_per_s=fitted.train_samples_per_s, history=fitted.history,
@@ -103,9 +110,8 @@ def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list
             results.update(regimes.extra_evaluations(model, splits, cfg))
         else:
             results["test_acc"] = None
-    except BaseException as e:  # a crash or Ctrl-C: record it, keep what was written, re-raise
-        results["status"] = "failed"
-        results["error"] = f"{type(e).__name__}: {e}"
+    except BaseException as e:  # a crash, a user error or Ctrl-C: record it, keep what was written, re-raise
+        results["status"], results["error"] = "failed", guards.describe(e)
         raise
     finally:
         results["wall_s"] = time.perf_counter() - started

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +69,7 @@ def read_idx(path: Path, magic: int, item_shape: tuple[int, ...], md5: str | Non
     """Parse one IDX file (gzipped or not) into a uint8 tensor, checking header, size and checksum."""
     try:
         raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:  # zlib.error: a damaged deflate stream
         raise UserError(f"cannot read {path}: {e}", "the file is corrupt or truncated; replace it") from None
     bad = f"{path} is not a valid IDX file"
     if len(raw) < 4 or int.from_bytes(raw[:4], "big") != magic:

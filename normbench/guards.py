@@ -1,0 +1,109 @@
+"""Checks that stop a run before any work, and what `resume=true` finds in a run directory.
+
+    check_writable(run_dir)                     # UserError if results could not be saved there
+    check_batch_statistics(cfg, values, layouts) # UserError for BatchNorm at one value per channel
+    finished = resume_state(run_dir, config)    # the results of a finished run, or None to train
+
+The runner calls these; each failure is a `UserError` (one line: what is wrong, how to fix it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from normbench import norms
+from normbench.config import Config
+from normbench.errors import UserError
+from normbench.results import RESULTS
+
+CHECKPOINT = "checkpoint.pt"
+UNFINISHED = ("unfinished: the process stopped before writing its result (killed, or still running); "
+              "rerun the same command with resume=true to continue from checkpoint.pt")
+# Keys that do not change what a run computes: resuming with a different value is allowed.
+RUNTIME_KEYS = {"resume", "debug", "progress", "tensorboard", "threads", "device", "log_every",
+                "eval_batch_size", "data.root", "data.download", "norm.track_stats", "norm.track_every"}
+
+
+def check_writable(run_dir: Path) -> None:
+    """Create `run_dir` and write a file in it, so a run that could not save its results never starts."""
+    try:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=run_dir, prefix=".write-test.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UserError(f"cannot write the run directory {run_dir} ({e.strerror or e})",
+                        "point hydra.run.dir (hydra.sweep.dir with -m) at a writable directory") from None
+
+
+def check_batch_statistics(cfg: Config, values_per_channel: int | None, layouts: set[str]) -> None:
+    """A batch-dependent norm that sees one value per channel in a training batch (linear layers or
+    per-time-step statistics at batch_size=1) has variance 0 and learns nothing (PyTorch's BatchNorm
+    refuses it). `values_per_channel` is the fewest any norm layer sees, measured on a real batch."""
+    spec = norms.get(cfg.norm.name)
+    if not spec.batch_dependent or values_per_channel is None or values_per_channel > 1:
+        return
+    where = "per-time-step statistics" if cfg.model.placement == "recurrent" else "linear layers"
+    free = [n for n in norms.names() if n != "none" and not norms.get(n).batch_dependent
+            and all(layout in norms.get(n).layouts for layout in layouts)]
+    raise UserError(f"{cfg.norm.name} normalizes each channel over the batch, and at batch_size=1 the "
+                    f"{cfg.model.name}'s {where} give it one value per channel (zero variance)",
+                    f"use batch_size=2 or more, or a batch-independent norm: {', '.join(free)}")
+
+
+def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def config_differences(old: dict, new: dict) -> list[str]:
+    """The keys (dotted) whose values differ, ignoring those that do not change the computation."""
+    a, b = _flat(old), _flat(new)
+    return sorted(k for k in a.keys() | b.keys() if k not in RUNTIME_KEYS and a.get(k) != b.get(k))
+
+
+def resume_state(run_dir: Path, config: dict) -> dict | None:
+    """For `resume=true`: the results of a run that already finished here (nothing to redo), or None
+    to train (from checkpoint.pt when there is one). A directory of a different config is refused."""
+    run_dir = Path(run_dir)
+    results, checkpoint = run_dir / RESULTS, run_dir / CHECKPOINT
+    if results.exists():
+        try:
+            old = json.loads(results.read_text())
+        except (OSError, json.JSONDecodeError):
+            old = {}
+        changed = config_differences(old.get("config", {}), config) if "config" in old else []
+        if changed:
+            raise UserError(f"{run_dir} holds a run of another config (it differs in {', '.join(changed)})",
+                            "resume with the same overrides, or choose a new hydra.run.dir")
+        if old.get("status") in ("completed", "diverged"):
+            print(f"normbench: {run_dir} already finished ({old['status']}); nothing to resume", file=sys.stderr)
+            return old
+    if not checkpoint.exists():
+        print(f"normbench: warning: resume=true but {run_dir} has no {CHECKPOINT}; starting from scratch "
+              "(to resume, pass the interrupted run's directory as hydra.run.dir)", file=sys.stderr)
+        return None
+    try:  # written atomically, so only a foreign or damaged file fails here
+        torch.load(checkpoint, map_location="cpu", weights_only=True)
+    except Exception as e:
+        # (torch's own message suggests weights_only=False: never for a file we cannot vouch for)
+        raise UserError(f"cannot read {checkpoint}: damaged, or not a normbench checkpoint ({type(e).__name__})",
+                        "delete it to start over, or run without resume=true in a new directory") from None
+    return None
+
+
+def describe(e: BaseException) -> str:
+    """What results.json says about a run that stopped with `e`."""
+    if isinstance(e, KeyboardInterrupt):
+        return (f"interrupted ({str(e) or 'Ctrl-C'}): finished epochs are kept in {CHECKPOINT}; "
+                "rerun the same command with resume=true to continue")
+    return str(e) if isinstance(e, UserError) else f"{type(e).__name__}: {e}"

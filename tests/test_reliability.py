@@ -1,0 +1,312 @@
+"""Bad input, divergence, sweeps that lose nothing, atomic files, determinism (issue 6).
+
+Every mistake a user can make on the command line must end in one line on stderr saying what is
+wrong and how to fix it, exit status 2, and no traceback; `debug=true` brings the traceback back.
+"""
+
+import gzip
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import REPO, normbench_cli, write_tiny_fashion_mnist
+from normbench import engine, guards, results, runner
+from normbench.config import Config, ModelConfig, NormConfig
+from normbench.data import fashion_mnist
+from normbench.errors import UserError
+from normbench.tracking import NullTracker
+
+
+def quiet(tiny_root, run_dir, **extra) -> list[str]:
+    """CLI overrides for a short, quiet CPU run on the tiny dataset; `extra` replaces or adds keys."""
+    base = {"data.root": tiny_root, "data.val_size": 100, "data.download": "false", "threads": 1,
+            "progress": "false", "tensorboard": "false", "epochs": 1, "batch_size": 16, "log_every": 5,
+            "device": "cpu", "hydra.run.dir": run_dir}
+    return [f"{k}={v}" for k, v in {**base, **extra}.items()]
+
+
+def assert_one_line_error(r, *needles: str, code: int = 2) -> str:
+    """Reference: issue 6's contract for user mistakes: exit 2, one stderr line, no traceback."""
+    err = r.stderr.strip()
+    assert r.returncode == code, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("normbench: error: "), err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err
+
+
+# (overrides, words the message must contain). Hydra finds the first group at composition time.
+BAD_INPUTS = {
+    "misspelled key": ({"batchsize": 8}, ["unknown key 'batchsize'", "did you mean batch_size?"]),
+    "misspelled nested key": ({"model.hiden": 3}, ["unknown key 'model.hiden'", "did you mean model.hidden?",
+                                                   "valid keys of model: name, hidden"]),
+    "added unknown key": ({"+batchsize": 8}, ["unknown key 'batchsize'"]),
+    "unknown norm": ({"norm": "foo"}, ["unknown norm 'foo'", "choose one of:", "bn", "gn", "ln"]),
+    "unknown model": ({"model": "xyz"}, ["unknown model 'xyz'", "choose one of: cnn, mlp, rnn"]),
+    "unknown dataset": ({"data": "mnist"}, ["unknown dataset 'mnist'", "fashion_mnist"]),
+    "unknown experiment": ({"experiment": "nope"}, ["unknown experiment 'nope'"]),
+    "wrong type int": ({"batch_size": "abc"}, ["batch_size=abc: batch_size takes an integer"]),
+    "wrong type float": ({"lr": "fast"}, ["lr=fast: lr takes a number"]),
+    "wrong type list": ({"model.channels": "abc"}, ["model.channels takes a list of integers"]),
+    "bad syntax": ({"batch_size": "[1"}, ["cannot parse the overrides"]),
+    "empty group option": ({"norm": ""}, ["no norm given; choose one of:"]),
+    "wrong type bool": ({"resume": "maybe"}, ["resume=maybe: resume takes true or false"]),
+    "wrong type optional": ({"norm.groups": "x"}, ["norm.groups takes an integer or null"]),
+    # found by the runner, before any data is read
+    "batch_size < 1": ({"batch_size": 0}, ["batch_size must be >= 1 (got 0)"]),
+    "lr = 0": ({"lr": 0}, ["lr must be > 0 (got 0.0)"]),
+    "lr < 0": ({"lr": -0.1}, ["lr must be > 0 (got -0.1)"]),
+    "epochs < 1, no max_steps": ({"epochs": 0}, ["epochs must be >= 1 (got 0) unless max_steps is set"]),
+    "max_steps < 1": ({"max_steps": 0}, ["max_steps must be >= 1"]),
+    "unwritable run dir": ({"hydra.run.dir": "/proc/normbench"}, ["cannot write /proc/normbench",
+                                                                 "writable directory"]),
+    # found once the data and the model are there, still before the first step
+    "GN groups": ({"norm": "gn", "norm.groups": 5, "model.hidden": 32},
+                  ["groups=5 does not divide 32 channels", "1, 2, 4, 8, 16, 32"]),
+    "BN at batch size 1": ({"batch_size": 1}, ["at batch_size=1 the mlp's linear layers give it one value per "
+                                               "channel", "use batch_size=2 or more", "ln, gn"]),
+    "unknown optimizer": ({"optimizer": "adamw"}, ["unknown optimizer 'adamw'", "optimizer=adam"]),
+    "log_every < 1": ({"log_every": 0}, ["log_every must be >= 1"]),
+    "unknown schedule": ({"schedule": "linear"}, ["unknown schedule 'linear'"]),
+    "unknown device": ({"device": "tpu"}, ["unknown device 'tpu'"]),
+    "norm undefined on layout": ({"norm": "in"}, ["in is not defined on flat features", "use ln or bn"]),
+    "too many conv stages": ({"model": "cnn", "model.channels": "[8,8,8,8,8,8]"}, ["pool a 28x28 image to nothing"]),
+    "val_size too large": ({"data.val_size": 100000}, ["data.val_size=100000 must be in [0, 600)"]),
+    "subset < 1": ({"data.subset": 0}, ["data.subset=0 must be >= 1"]),
+    "batch larger than data": ({"batch_size": 1000}, ["batch_size=1000 is larger than the 500 training samples"]),
+    "unknown RNN cell": ({"model": "rnn", "model.cell": "transformer"}, ["unknown RNN cell 'transformer'"]),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+def test_bad_input_is_one_line(case, tiny_root, tmp_path):
+    """Reference: issue 6, 'Validation before any work' (one line, exit 2, no traceback)."""
+    extra, needles = BAD_INPUTS[case]
+    run_dir = tmp_path / "run"
+    r = normbench_cli("train", *quiet(tiny_root, run_dir, **extra), cwd=tmp_path)
+    assert_one_line_error(r, *needles)
+    assert not (run_dir / guards.CHECKPOINT).exists(), "no training step may run"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_cuda(tiny_root, tmp_path):
+    r = normbench_cli("train", *quiet(tiny_root, tmp_path / "run", device="cuda"), cwd=tmp_path)
+    assert_one_line_error(r, "device=cuda but no CUDA device is available here", "use device=auto or cpu")
+
+
+def test_run_dir_under_a_file(tiny_root, tmp_path):
+    """A run directory that cannot be created (its parent is a file) fails before Hydra writes anything."""
+    (tmp_path / "afile").write_text("x")
+    r = normbench_cli("train", *quiet(tiny_root, tmp_path / "afile" / "run"), cwd=tmp_path)
+    assert_one_line_error(r, "cannot write", "afile", "writable directory")
+
+
+def test_unwritable_sweep_dir(tiny_root, tmp_path):
+    args = [a for a in quiet(tiny_root, "x") if not a.startswith("hydra.")]
+    r = normbench_cli("train", "-m", "norm=bn,ln", *args, "hydra.sweep.dir=/proc/normbench", cwd=tmp_path)
+    assert_one_line_error(r, "cannot write /proc/normbench", "hydra.sweep.dir")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_read_only_run_dir(tiny_root, tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    r = normbench_cli("train", *quiet(tiny_root, ro / "run"), cwd=tmp_path)
+    assert_one_line_error(r, "cannot write", "writable directory")
+
+
+def test_runner_refuses_unwritable_run_dir(tiny_cfg, tmp_path):
+    """Library users get the same check: nothing is trained when results could not be saved."""
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UserError, match="cannot write the run directory"):
+        runner.run(tiny_cfg, tmp_path / "afile" / "run")
+
+
+def test_dataset_missing(tmp_path):
+    """Reference: DESIGN.md's three remedies. The Debian copy is hidden by pointing the search at nothing."""
+    code = ("import sys, pathlib; from normbench.data import fashion_mnist as f; "
+            "f.DEBIAN_DIR = pathlib.Path('/nonexistent'); from normbench.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    import subprocess
+    r = subprocess.run([sys.executable, "-c", code, "train", *quiet(tmp_path / "empty", tmp_path / "run")],
+                       cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                       timeout=300)
+    assert_one_line_error(r, "FashionMNIST not found", "apt-get install dataset-fashion-mnist",
+                          "data.download=false")
+
+
+def _damaged_copy(tiny_root: Path, tmp_path: Path, damage: str) -> Path:
+    if damage == "corrupt gz":
+        root = write_tiny_fashion_mnist(tmp_path / "gzdata", gz=True)
+        f = root / "FashionMNIST/raw/train-images-idx3-ubyte.gz"
+        blob = bytearray(f.read_bytes())
+        start = blob.index(0, 10) + 1 if blob[3] & 0x08 else 10  # after the header's file name, if any
+        blob[start] = 0xFF  # the first deflate block gets the reserved block type: zlib.error
+        f.write_bytes(bytes(blob))
+        return root
+    root = tmp_path / "data"
+    shutil.copytree(tiny_root, root)
+    f = root / "FashionMNIST/raw/train-images-idx3-ubyte"
+    blob = f.read_bytes()
+    if damage == "truncated":
+        f.write_bytes(blob[: len(blob) // 2])
+    elif damage == "bad header":
+        f.write_bytes(b"\x00\x00\x08\x01" + blob[4:])
+    elif damage == "truncated gz":
+        f.unlink()
+        gz = f.with_suffix(".gz")
+        gz.write_bytes(gzip.compress(blob)[:-100])
+    return root
+
+
+@pytest.mark.parametrize("damage,needle", [("truncated", "is truncated or padded"),
+                                           ("bad header", "not a valid IDX file (wrong magic number)"),
+                                           ("truncated gz", "the file is corrupt or truncated"),
+                                           ("corrupt gz", "the file is corrupt or truncated")])
+def test_damaged_dataset_file(damage, needle, tiny_root, tmp_path):
+    """Reference: the IDX header/size checks of normbench.data.fashion_mnist, seen from the CLI."""
+    root = _damaged_copy(tiny_root, tmp_path, damage)
+    r = normbench_cli("train", *quiet(root, tmp_path / "run"), cwd=tmp_path)
+    assert_one_line_error(r, "train-images-idx3-ubyte", needle)
+
+
+def test_debug_shows_the_traceback(tiny_root, tmp_path):
+    """debug=true (or NORMBENCH_DEBUG=1) keeps the one line and adds the traceback above it."""
+    r = normbench_cli("train", *quiet(tiny_root, tmp_path / "a", lr=0, debug="true"), cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("normbench: error: lr must be > 0")
+    r = normbench_cli("train", "batchsize=3", cwd=tmp_path, env={"NORMBENCH_DEBUG": "1"})
+    assert r.returncode == 2 and "Traceback" in r.stderr and "ConfigCompositionException" in r.stderr
+
+
+def test_sweep_with_an_unknown_value_runs_nothing(tiny_root, tmp_path):
+    """Hydra composes every job of a sweep first: a typo in the 2nd value fails before the 1st runs."""
+    sweep = tmp_path / "sweep"
+    args = [a for a in quiet(tiny_root, "x") if not a.startswith("hydra.")]
+    r = normbench_cli("train", "-m", "norm=bn,foo", *args, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert_one_line_error(r, "unknown norm 'foo'")
+    assert not list(sweep.glob("*/results.json"))
+
+
+def test_sweep_goes_on_past_a_failed_and_a_diverged_run(tiny_root, tmp_path):
+    """Reference: issue 6 -- in a sweep, a failed run (BN at batch size 1) and a diverged one (SGD at
+    lr=1e6 without a norm) each leave a results.json that says so, and the other runs complete."""
+    sweep = tmp_path / "sweep"
+    args = [a for a in quiet(tiny_root, "x") if not a.startswith(("hydra.", "batch_size"))]
+    r = normbench_cli("train", "-m", "norm=bn,none", "batch_size=1,16", "optimizer=sgd", "lr=0.01,1e6",
+                      *args, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr  # some runs failed: a user error in the sweep
+    assert "Traceback" not in r.stderr
+    got = {}
+    for path in sweep.glob("*/results.json"):
+        res = json.loads(path.read_text())
+        c = res["config"]
+        got[(c["norm"]["name"], c["batch_size"], c["lr"])] = res
+    assert len(got) == 8, sorted(got)
+    for (norm, bs, lr), res in got.items():
+        if norm == "bn" and bs == 1:
+            assert res["status"] == "failed" and "one value per channel" in res["error"]
+        elif norm == "none" and lr == 1e6:
+            assert res["status"] == "diverged" and res["diverged_step"] >= 1 and res["test_acc"] is None
+        elif lr == 0.01:
+            assert res["status"] == "completed" and 0 <= res["test_acc"] <= 1, res
+    assert r.stderr.count("one value per channel") >= 2  # each failed run said once, plus the summary
+
+
+def test_diverged_single_run_is_a_result(tiny_root, tmp_path):
+    """Divergence is a result, not a crash: exit status 0, status diverged and the step in results.json."""
+    run_dir = tmp_path / "run"
+    r = normbench_cli("train", *quiet(tiny_root, run_dir, norm="none", optimizer="sgd", lr="1e6"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((run_dir / "results.json").read_text())
+    assert res["status"] == "diverged" and res["test_acc"] is None and "error" not in res
+    assert f"diverged at step {res['diverged_step']}" in r.stderr
+
+
+class NaNAt(nn.Module):
+    """A linear classifier whose output turns NaN from its `step`-th training forward on."""
+
+    def __init__(self, step: int):
+        super().__init__()
+        self.fc, self.calls, self.step = nn.Linear(28 * 28, 10), 0, step
+
+    def forward(self, x, lengths=None):
+        self.calls += self.training
+        out = self.fc(x.flatten(1))
+        return out * float("nan") if self.training and self.calls >= self.step else out
+
+
+@pytest.mark.parametrize("bad_step", [1, 7, 10])
+def test_nan_is_found_at_its_step(bad_step, tiny_cfg):
+    """Reference: the injected step. The loop reads losses once per log window (log_every=5), and
+    still names the exact step that first went non-finite."""
+    from normbench import data
+    splits = data.load(tiny_cfg.data, torch.device("cpu"))
+    out = engine.fit(NaNAt(bad_step), splits, tiny_cfg, NullTracker(), torch.device("cpu"))
+    assert out.status == "diverged" and out.diverged_step == bad_step
+
+
+def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path):
+    """Reference: the previous contents. A write that dies halfway leaves the old file and no temporary."""
+    path = tmp_path / "results.json"
+    results.write_results(tmp_path, {"status": "completed", "config": {}, "test_acc": 0.5})
+    before = path.read_bytes()
+
+    def half_then_die(f):
+        f.write(b'{"status": "comp')
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        results._atomic(path, half_then_die)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+    with pytest.raises(KeyboardInterrupt):
+        results._atomic(tmp_path / "checkpoint.pt", half_then_die)
+    assert not (tmp_path / "checkpoint.pt").exists()
+
+
+def test_same_seed_same_metrics(tiny_cfg, tmp_path):
+    """Reference: the first run. Two CPU runs with one seed and config agree exactly; another seed differs."""
+    tiny_cfg.epochs, tiny_cfg.max_steps = 2, None
+    a = runner.run(tiny_cfg, tmp_path / "a", tracker=NullTracker())
+    b = runner.run(tiny_cfg, tmp_path / "b", tracker=NullTracker())
+    tiny_cfg.seed = 1
+    c = runner.run(tiny_cfg, tmp_path / "c", tracker=NullTracker())
+    metrics = lambda r: ([{k: v for k, v in e.items() if k != "train_samples_per_s"} for e in r["history"]],
+                         r["test_loss"], r["test_acc"])
+    assert metrics(a) == metrics(b)
+    assert metrics(a) != metrics(c)
+
+
+@pytest.mark.parametrize("model,norm,batch_size,fails", [
+    ("mlp", "bn", 1, True), ("mlp", "bn", 2, False), ("mlp", "ln", 1, False), ("cnn", "bn", 1, False),
+    ("rnn", "bn", 1, False)])
+def test_batch_statistics_rule(model, norm, batch_size, fails, tiny_cfg):
+    """Reference: BN needs more than one value per channel: batch for linear layers, batch x H x W for
+    convolutions, batch x T for a norm on RNN outputs (PyTorch's BatchNorm raises on exactly the first)."""
+    tiny_cfg.model, tiny_cfg.norm, tiny_cfg.batch_size = ModelConfig(name=model, hidden=8), NormConfig(name=norm), \
+        batch_size
+    from normbench import models, regimes
+    make = regimes.NormProbe(norm)
+    m = models.create(tiny_cfg.model, make, (1, 28, 28), 10).train()
+    values = make.values_per_channel(m, torch.randn(batch_size, 1, 28, 28))
+    native_fails = False
+    try:
+        m(torch.randn(batch_size, 1, 28, 28))
+    except ValueError:
+        native_fails = True
+    assert native_fails == fails
+    if fails:
+        with pytest.raises(UserError, match="one value per channel"):
+            guards.check_batch_statistics(tiny_cfg, values, make.layouts)
+    else:
+        guards.check_batch_statistics(tiny_cfg, values, make.layouts)

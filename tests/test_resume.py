@@ -1,0 +1,179 @@
+"""Checkpoints and resume: a run killed or interrupted mid-epoch and resumed with `resume=true` ends
+exactly where the run that was never interrupted ends (on CPU); Ctrl-C and SIGTERM stop cleanly."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import REPO, normbench_cli
+from normbench import guards, runner
+from normbench.config import ModelConfig
+from normbench.errors import UserError
+from normbench.tracking import NullTracker
+
+
+def metrics(res: dict) -> dict:
+    """What must match between an interrupted-and-resumed run and an unbroken one (not the timings)."""
+    history = [{k: v for k, v in e.items() if k != "train_samples_per_s"} for e in res["history"]]
+    return {k: res[k] for k in ("status", "steps", "epochs_done", "val_acc", "test_loss", "test_acc")} | \
+        {"history": history}
+
+
+def cli_args(tiny_root, run_dir, **extra) -> list[str]:
+    base = {"data.root": tiny_root, "data.val_size": 100, "data.download": "false", "threads": 1,
+            "progress": "false", "tensorboard": "false", "batch_size": 16, "log_every": 5, "device": "cpu",
+            "model": "cnn", "model.channels": "[8,16]", "model.hidden": 32, "epochs": 6,
+            "hydra.run.dir": run_dir}
+    return [f"{k}={v}" for k, v in {**base, **extra}.items()]
+
+
+def start(args, cwd):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-m", "normbench", "train", *args], cwd=cwd, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_epochs(proc, checkpoint, epochs: int, timeout: float = 120) -> float:
+    """Wait until `checkpoint` has been written `epochs` times; returns the seconds one epoch took."""
+    deadline, stamps, last = time.monotonic() + timeout, [], None
+    while len(stamps) < epochs:
+        assert proc.poll() is None, f"the run ended before epoch {epochs}: {proc.stderr.read()}"
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        mtime = checkpoint.stat().st_mtime_ns if checkpoint.exists() else None
+        if mtime is not None and mtime != last:
+            stamps.append(time.monotonic())
+            last = mtime
+        time.sleep(0.002)
+    return (stamps[-1] - stamps[0]) / max(1, len(stamps) - 1)
+
+
+def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(tiny_root, tmp_path):
+    """Reference: the same command never interrupted. SIGKILL (no handler can run) halfway through an
+    epoch after two checkpoints; `resume=true` in the same run directory must end bit-identical."""
+    unbroken, broken = tmp_path / "unbroken", tmp_path / "broken"
+    r = normbench_cli("train", *cli_args(tiny_root, unbroken), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+
+    proc = start(cli_args(tiny_root, broken), tmp_path)
+    epoch_s = wait_for_epochs(proc, broken / guards.CHECKPOINT, 2)
+    time.sleep(epoch_s / 2)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+    # Nothing half-written: the result says the run did not finish, the checkpoint loads.
+    left = json.loads((broken / "results.json").read_text())
+    assert left["status"] == "failed" and left["error"].startswith("unfinished")
+    state = torch.load(broken / guards.CHECKPOINT, weights_only=True)
+    killed_after = state["fit"]["epochs_done"]
+    assert 2 <= killed_after < 6
+
+    r = normbench_cli("train", *cli_args(tiny_root, broken, resume="true"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    a = json.loads((unbroken / "results.json").read_text())
+    b = json.loads((broken / "results.json").read_text())
+    print(f"killed after {killed_after} epochs (one epoch ~{epoch_s:.2f}s); unbroken test_loss="
+          f"{a['test_loss']!r} test_acc={a['test_acc']}; resumed test_loss={b['test_loss']!r} "
+          f"test_acc={b['test_acc']}")
+    assert metrics(a) == metrics(b)
+
+
+@pytest.mark.parametrize("sig,code,name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_interrupt_stops_cleanly(sig, code, name, tiny_root, tmp_path):
+    """Reference: issue 6 -- Ctrl-C (and a cluster's SIGTERM) save what is done: one line, no traceback,
+    results.json says interrupted, the checkpoint of finished epochs stays; exit 128 + signal."""
+    run_dir = tmp_path / "run"
+    proc = start(cli_args(tiny_root, run_dir, epochs=200), tmp_path)
+    wait_for_epochs(proc, run_dir / guards.CHECKPOINT, 1)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"interrupted ({name})" in err and f"resume=true hydra.run.dir={run_dir}" in err
+    res = json.loads((run_dir / "results.json").read_text())
+    assert res["status"] == "failed" and res["error"].startswith(f"interrupted ({name})")
+    assert torch.load(run_dir / guards.CHECKPOINT, weights_only=True)["fit"]["epochs_done"] >= 1
+
+
+class InterruptAt(NullTracker):
+    """Presses Ctrl-C when the loop reports `step` (a log window in the middle of an epoch)."""
+
+    def __init__(self, step: int):
+        self.at = step
+
+    def step(self, step, metrics):
+        if step == self.at:
+            raise KeyboardInterrupt
+
+
+def test_interrupted_in_process_resumes_to_the_same_metrics(tiny_cfg, tmp_path):
+    """Reference: an unbroken run. Interrupted at step 45 (epoch 2 of 3, 31 steps an epoch), resumed."""
+    tiny_cfg.epochs, tiny_cfg.max_steps = 3, None
+    unbroken = runner.run(tiny_cfg, tmp_path / "a", tracker=NullTracker())
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(tiny_cfg, tmp_path / "b", tracker=InterruptAt(45))
+    left = json.loads((tmp_path / "b/results.json").read_text())
+    assert left["status"] == "failed" and "interrupted" in left["error"]
+    tiny_cfg.resume = True
+    resumed = runner.run(tiny_cfg, tmp_path / "b", tracker=NullTracker())
+    assert metrics(resumed) == metrics(unbroken)
+
+
+def test_resume_without_checkpoint_warns_and_starts_fresh(tiny_cfg, tmp_path, capsys):
+    tiny_cfg.resume = True
+    res = runner.run(tiny_cfg, tmp_path / "new", tracker=NullTracker())
+    assert res["status"] == "completed"
+    assert "warning: resume=true but" in capsys.readouterr().err
+
+
+def test_resume_of_a_finished_run_redoes_nothing(tiny_cfg, tmp_path, capsys):
+    """Re-running a whole sweep with resume=true must not retrain (nor rewrite) the runs that finished."""
+    runner.run(tiny_cfg, tmp_path, tracker=NullTracker())
+    before = (tmp_path / "results.json").read_bytes()
+    tiny_cfg.resume = True
+    again = runner.run(tiny_cfg, tmp_path, tracker=NullTracker())
+    assert (tmp_path / "results.json").read_bytes() == before and again["status"] == "completed"
+    assert "already finished" in capsys.readouterr().err
+
+
+def test_resume_with_another_config_is_refused(tiny_cfg, tmp_path):
+    """A checkpoint trained with other settings would silently mix two runs: refuse, keep the files."""
+    runner.run(tiny_cfg, tmp_path, tracker=NullTracker())
+    before = (tmp_path / "results.json").read_bytes()
+    tiny_cfg.resume, tiny_cfg.lr, tiny_cfg.model = True, 0.1, ModelConfig(name="mlp", hidden=64)
+    with pytest.raises(UserError, match=r"another config \(it differs in lr, model.hidden\)"):
+        runner.run(tiny_cfg, tmp_path, tracker=NullTracker())
+    assert (tmp_path / "results.json").read_bytes() == before
+    tiny_cfg.lr, tiny_cfg.model, tiny_cfg.progress, tiny_cfg.threads = 1e-3, ModelConfig(name="mlp", hidden=32), \
+        True, 1
+    assert guards.config_differences(json.loads(before)["config"], dataclasses.asdict(tiny_cfg)) == []
+
+
+def test_unreadable_checkpoint_is_a_user_error(tiny_cfg, tmp_path):
+    (tmp_path / guards.CHECKPOINT).write_bytes(b"not a checkpoint")
+    tiny_cfg.resume = True
+    with pytest.raises(UserError, match="cannot read .*checkpoint.pt"):
+        runner.run(tiny_cfg, tmp_path, tracker=NullTracker())
+
+
+def test_sweep_rerun_with_resume_keeps_finished_runs(tiny_root, tmp_path):
+    """Reference: the first sweep's files. A preempted sweep is re-run with resume=true: finished runs
+    are kept as they are (not retrained), so only unfinished work is redone."""
+    sweep = tmp_path / "sweep"
+    args = [a for a in cli_args(tiny_root, "x", epochs=1, model="mlp") if not a.startswith(("hydra.", "model."))]
+    r = normbench_cli("train", "-m", "norm=bn,ln", *args, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    first = {p: p.read_bytes() for p in sweep.glob("*/results.json")}
+    assert len(first) == 2
+    r = normbench_cli("train", "-m", "norm=bn,ln", *args, "resume=true", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("already finished") == 2
+    assert {p: p.read_bytes() for p in sweep.glob("*/results.json")} == first
