@@ -77,6 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "train":
         return _hydra_train(rest)
+    if command == "norms":
+        from normbench.catalog import main as norms_main
+
+        try:
+            return norms_main(rest)
+        except UserError as e:
+            return _fail(e, False)
     print(f"normbench: error: unknown command {command!r}; choose train, norms or summarize "
           "(see normbench --help)", file=sys.stderr)
     return 2

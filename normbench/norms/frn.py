@@ -1,0 +1,55 @@
+"""Filter Response Normalization with its Thresholded Linear Unit (Singh & Krishnan 2020).
+
+    frn = norms.create("frn", 64, "image")    # max(gamma x / sqrt(nu^2 + eps) + beta, tau)
+
+nu^2 is the mean of x^2 over H, W per sample per channel: no centering, no batch. FRN includes its own
+activation (TLU), so a model's ReLU after it changes nothing (TLU's output is >= tau, and tau is learned).
+On flat and seq features each channel holds one value, so nu^2 = x^2 and FRN becomes x / sqrt(x^2 + eps);
+the paper's remedy for such 1x1 maps is a learned eps, which `learn_eps` (default: on there) turns on:
+eps + |eps_l| with eps_l a learned scalar per channel, initialized to 1e-4 (our choice; the paper
+gives none).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normbench.norms.registry import NormSpec, register
+
+LEARNED_EPS_INIT = 1e-4
+
+
+class FilterResponseNorm(nn.Module):
+    def __init__(self, num_features: int, layout: str, *, eps: float, learn_eps: bool):
+        super().__init__()
+        self.layout, self.eps = layout, eps
+        self.weight = nn.Parameter(torch.ones(num_features))  # gamma
+        self.bias = nn.Parameter(torch.zeros(num_features))  # beta
+        self.tau = nn.Parameter(torch.zeros(num_features))  # the TLU's learned threshold
+        self.eps_l = nn.Parameter(torch.full((num_features,), LEARNED_EPS_INIT)) if learn_eps else None
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        shape = (1, -1, 1, 1) if self.layout == "image" else (1, -1) if self.layout == "flat" else (1, 1, -1)
+        if self.layout == "image" and self.eps_l is None:
+            y = F.rms_norm(x, x.shape[2:], eps=self.eps)  # torch's kernel: x / sqrt(mean_HW x^2 + eps)
+        else:
+            nu2 = x.square().mean((2, 3), keepdim=True) if self.layout == "image" else x.square()
+            eps = self.eps if self.eps_l is None else self.eps + self.eps_l.abs().view(shape)
+            y = x * torch.rsqrt(nu2 + eps)
+        return torch.maximum(torch.addcmul(self.bias.view(shape), y, self.weight.view(shape)), self.tau.view(shape))
+
+    def extra_repr(self) -> str:
+        return f"layout={self.layout}, eps={self.eps}, learn_eps={self.eps_l is not None}"
+
+
+@register(NormSpec(
+    name="frn", full_name="Filter Response Norm + TLU",
+    stats_over="H, W per sample per channel (mean square), no centering",
+    batch_dependent=False, params="scale, shift, TLU threshold per channel (+ learned eps on flat/seq)",
+    paper="Singh & Krishnan 2020, arXiv 1911.09737",
+))
+def build_frn(num_features: int, layout: str, *, eps: float = 1e-6, learn_eps: bool | None = None) -> nn.Module:
+    learn = layout != "image" if learn_eps is None else learn_eps
+    return FilterResponseNorm(num_features, layout, eps=eps, learn_eps=learn)
