@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from normbench import data, models, norms
+from normbench import data, models, norms, probe
 from normbench.config import Config, NormConfig
 from normbench.engine import evaluate, fit, pick_device
 from normbench.errors import UserError
@@ -78,6 +78,8 @@ def run(cfg: Config, run_dir: Path, tracker=None) -> dict[str, Any]:
     results: dict[str, Any] = {"status": "failed", "config": config_dict, "versions": versions(),
                                "git_sha": git_sha(), "device": str(device)}
     try:
+        if cfg.norm.track_stats:  # forward hooks on the norm layers; when off, none exist
+            probe.attach(model, tracker, cfg.norm.track_every)
         fitted = fit(model, splits, cfg, tracker, device, checkpoint=run_dir / CHECKPOINT, resume=cfg.resume)
         results.update(
             status=fitted.status, steps=fitted.steps, epochs_done=fitted.epochs_done,

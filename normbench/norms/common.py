@@ -67,8 +67,11 @@ def update_running(running_mean: Tensor, running_var: Tensor, mean: Tensor, var:
     """BatchNorm's running averages; the variance is stored unbiased (n / (n - 1)), as torch and the paper do.
     A batch with fewer than two values (possible only with a mask) has no variance estimate: no update."""
     if not torch.is_tensor(n):
-        n = torch.tensor(float(n), device=mean.device)
-    keep = n < 2
+        if n >= 2:
+            running_mean.lerp_(mean.detach(), momentum)
+            running_var.lerp_(var.detach() * (n / (n - 1)), momentum)
+        return
+    keep = n < 2  # a tensor: decided on the device, without a host sync
     unbiased = var * (n / (n - 1).clamp_min(1))
     running_mean.copy_(torch.where(keep, running_mean, torch.lerp(running_mean, mean.detach(), momentum)))
     running_var.copy_(torch.where(keep, running_var, torch.lerp(running_var, unbiased.detach(), momentum)))
