@@ -132,6 +132,10 @@ class SteppedRecurrent(nn.Module):
                 raise UserError(f"{make.name} cannot go inside a recurrent cell: each step's pre-activation is a "
                                 f"flat (N, C) vector, and {make.spec.unsupported['flat']}",
                                 "use model.placement=output, or ln / bn inside the cell")
+            if make.spec.own_activation:
+                raise UserError(f"{make.name} includes its own activation, which inside a recurrent cell would act on "
+                                "the gate pre-activations before the cell's sigmoid and tanh",
+                                "use model.placement=output, or ln / rms / bn inside the cell")
             self.norm_h = StepNorm(make, gates)  # rnn: the norm of the summed pre-activation (Ba eq. 4)
             if cell == "lstm":
                 self.norm_x = StepNorm(make, gates)

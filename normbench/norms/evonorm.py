@@ -47,6 +47,7 @@ class EvoNormS0(nn.Module):
     stats_over="groups of channels (+ H, W) per sample (std only)",
     batch_dependent=False, params="scale, shift, gate slope v per channel",
     paper="Liu et al. 2020, arXiv 2004.02967",
+    own_activation=True,
 ))
 def build_evonorm(num_features: int, layout: str, *, groups: int = 8, eps: float = 1e-5) -> nn.Module:
     groups = min(groups, num_features)

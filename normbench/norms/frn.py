@@ -49,6 +49,7 @@ class FilterResponseNorm(nn.Module):
     stats_over="H, W per sample per channel (mean square), no centering",
     batch_dependent=False, params="scale, shift, TLU threshold per channel (+ learned eps on flat/seq)",
     paper="Singh & Krishnan 2020, arXiv 1911.09737",
+    own_activation=True,
 ))
 def build_frn(num_features: int, layout: str, *, eps: float = 1e-6, learn_eps: bool | None = None) -> nn.Module:
     learn = layout != "image" if learn_eps is None else learn_eps

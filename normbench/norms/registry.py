@@ -50,6 +50,8 @@ class NormSpec:
     paper: str
     # layout -> why it is not defined there and what to use instead
     unsupported: dict[str, str] = field(default_factory=dict)
+    # FRN (its TLU) and EvoNorm-S0 (its sigmoid gate) replace the activation after the norm too.
+    own_activation: bool = False
     # WeightNorm / Cosine Norm change the layer before the norm: these build that layer.
     linear: Callable[..., nn.Module] = nn.Linear
     conv2d: Callable[..., nn.Module] = nn.Conv2d
@@ -157,6 +159,10 @@ class NormFactory:
     @property
     def reparameterizes(self) -> bool:
         return self.spec.reparameterizes
+
+    def activation(self) -> nn.Module:
+        """The activation to put after the norm: ReLU, or nothing for a norm that includes its own."""
+        return nn.Identity() if self.spec.own_activation else nn.ReLU()
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
