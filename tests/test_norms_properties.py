@@ -157,9 +157,13 @@ def test_batch_renorm_schedule_relaxes_from_batchnorm():
     """Reference: the paper's schedule: r_max = 1, d_max = 0 during warmup, then linear to the final values."""
     brn = norms.create("brn", 4, "flat", r_max=3.0, d_max=5.0, renorm_warmup=10, renorm_ramp=20)
     for step, (r, d) in {0: (1, 0), 10: (1, 0), 20: (2, 2.5), 30: (3, 5), 100: (3, 5)}.items():
-        brn.num_batches_tracked.fill_(step)
-        r_max, d_max = brn.limits()
-        assert (r_max.item(), d_max.item()) == pytest.approx((r, d)), step
+        assert brn.limits(step) == pytest.approx((r, d)), step
+    for _ in range(3):
+        brn(torch.randn(5, 4))
+    assert brn._step() == brn.num_batches_tracked.item() == 3
+    brn.num_batches_tracked.fill_(17)  # as a loaded checkpoint would
+    brn.load_state_dict(brn.state_dict())
+    assert brn._step() == 17
 
 
 @pytest.mark.parametrize("name", ["bn", "brn", "sn"])

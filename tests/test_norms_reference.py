@@ -159,3 +159,26 @@ def test_rms_norm_against_the_definition(layout):
     g = gain.reshape({"flat": (1, 6), "image": (1, 6, 1, 1), "seq": (1, 1, 6)}[layout])
     expected = x / np.sqrt((x ** 2).mean(axis=axes, keepdims=True) + 1e-8) * g
     np.testing.assert_allclose(rms(torch.tensor(x)).detach().numpy(), expected, rtol=1e-10)
+
+
+@pytest.mark.parametrize("name,layout,options", [
+    ("frn", "image", {}), ("frn", "image", {"learn_eps": True}), ("frn", "flat", {}), ("frn", "seq", {}),
+    ("evonorm", "image", {"groups": 2}), ("evonorm", "flat", {"groups": 2}), ("evonorm", "seq", {"groups": 2})])
+def test_hand_written_backward_passes_match_autograd(name, layout, options):
+    """Reference: torch.autograd.gradcheck (finite differences, float64) of FRN's and EvoNorm-S0's
+    hand-written backward (fused.py), with respect to the input and every parameter."""
+    torch.manual_seed(0)
+    m = norms.create(name, 4, layout, **options).double()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.rand_like(p) * 0.5)  # away from the symmetric initial values
+        if name == "frn" and m.eps_l is not None:
+            m.eps_l.fill_(0.3)  # a learned eps large enough for finite differences to resolve
+    shape = {"image": (3, 4, 3, 2), "flat": (5, 4), "seq": (2, 3, 4)}[layout]
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    names = [n for n, _ in m.named_parameters()]
+
+    def f(x, *ps):
+        return torch.func.functional_call(m, dict(zip(names, ps)), (x,))
+
+    assert torch.autograd.gradcheck(f, (x, *[p.detach().clone().requires_grad_() for p in m.parameters()]))

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from normbench.norms.common import BROADCAST
+from normbench.norms.fused import evonorm_s0
 from normbench.norms.group import check_groups
 from normbench.norms.registry import NormSpec, register
 
@@ -25,18 +27,9 @@ class EvoNormS0(nn.Module):
         self.v = nn.Parameter(torch.ones(num_features))  # the swish-like gate's slope
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        g = self.groups
-        if self.layout == "seq":  # per token: (N, T, G, C/G)
-            shape = (1, 1, -1)
-            var = torch.var(x.unflatten(-1, (g, -1)), -1, keepdim=True, correction=0)
-            inv = torch.rsqrt(var + self.eps).expand(*x.shape[:2], g, x.shape[-1] // g).reshape(x.shape)
-        else:  # (N, C, ...) -> (N, G, C/G * H * W)
-            shape = (1, -1, 1, 1) if self.layout == "image" else (1, -1)
-            n, c = x.shape[:2]
-            var = torch.var(x.reshape(n, g, -1), -1, keepdim=True, correction=0)
-            inv = torch.rsqrt(var + self.eps).expand(n, g, c // g).reshape(n, c, *([1] * (x.dim() - 2)))
-        num = x * torch.sigmoid(self.v.view(shape) * x)
-        return torch.addcmul(self.bias.view(shape), num, inv * self.weight.view(shape))
+        shape, red = BROADCAST[self.layout]
+        return evonorm_s0(x, self.v.view(shape), self.weight.view(shape), self.bias.view(shape), self.groups,
+                          self.eps, self.layout, red)
 
     def extra_repr(self) -> str:
         return f"layout={self.layout}, groups={self.groups}, eps={self.eps}"

@@ -13,9 +13,10 @@ gives none).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from normbench.norms.common import BROADCAST
+from normbench.norms.fused import frn_tlu
 from normbench.norms.registry import NormSpec, register
 
 LEARNED_EPS_INIT = 1e-4
@@ -31,14 +32,9 @@ class FilterResponseNorm(nn.Module):
         self.eps_l = nn.Parameter(torch.full((num_features,), LEARNED_EPS_INIT)) if learn_eps else None
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        shape = (1, -1, 1, 1) if self.layout == "image" else (1, -1) if self.layout == "flat" else (1, 1, -1)
-        if self.layout == "image" and self.eps_l is None:
-            y = F.rms_norm(x, x.shape[2:], eps=self.eps)  # torch's kernel: x / sqrt(mean_HW x^2 + eps)
-        else:
-            nu2 = x.square().mean((2, 3), keepdim=True) if self.layout == "image" else x.square()
-            eps = self.eps if self.eps_l is None else self.eps + self.eps_l.abs().view(shape)
-            y = x * torch.rsqrt(nu2 + eps)
-        return torch.maximum(torch.addcmul(self.bias.view(shape), y, self.weight.view(shape)), self.tau.view(shape))
+        shape, red = BROADCAST[self.layout]
+        eps_l = None if self.eps_l is None else self.eps_l.view(shape)
+        return frn_tlu(x, self.weight.view(shape), self.bias.view(shape), self.tau.view(shape), eps_l, self.eps, red)
 
     def extra_repr(self) -> str:
         return f"layout={self.layout}, eps={self.eps}, learn_eps={self.eps_l is not None}"

@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from normbench.errors import UserError
-from normbench.norms.common import batch_seq, check_batch_values, masked_moments, update_running
+from normbench.norms.common import batch_seq, check_batch_values, masked_moments, mean_var, update_running
 from normbench.norms.registry import NormSpec, register
 
 
@@ -31,18 +31,33 @@ class BatchRenorm(_BatchNorm):
         super().__init__(num_features, eps=eps, momentum=momentum, affine=affine)
         self.layout, self.masked = layout, masked
         self.r_max, self.d_max, self.warmup, self.ramp = r_max, d_max, warmup, ramp
+        self._host_step: int | None = None
 
-    def limits(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(r_max, d_max) at the current step, as tensors: the schedule never syncs with the host."""
-        step = self.num_batches_tracked.to(self.running_mean.dtype)
-        t = ((step - self.warmup) / max(self.ramp, 1)).clamp(0, 1) if self.ramp else (step >= self.warmup).float()
+    def limits(self, step: int) -> tuple[float, float]:
+        """(r_max, d_max) after `step` training steps: 1 and 0 during warmup, then linear to the final values."""
+        t = min(max((step - self.warmup) / self.ramp, 0.0), 1.0) if self.ramp else float(step >= self.warmup)
         return 1 + (self.r_max - 1) * t, self.d_max * t
 
+    def _step(self) -> int:
+        """Training steps so far, counted on the host so the schedule is free of device ops and syncs; read
+        from the buffer once (at the first step, or after a checkpoint is loaded)."""
+        if self._host_step is None:
+            self._host_step = int(self.num_batches_tracked)
+        return self._host_step
+
+    def _count_step(self) -> None:
+        self._host_step = self._step() + 1
+        self.num_batches_tracked.add_(1)
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        self._host_step = None
+        super()._load_from_state_dict(*args, **kwargs)
+
     def _correction(self, mean: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        r_max, d_max = self.limits()
+        r_max, d_max = self.limits(self._step())
         sigma = torch.sqrt(self.running_var + self.eps)
-        r = torch.sqrt(var + self.eps).div(sigma).clamp(1 / r_max, r_max)
-        d = (mean - self.running_mean).div(sigma).clamp(-d_max, d_max)
+        r = torch.sqrt(var + self.eps).div_(sigma).clamp_(1 / r_max, r_max)
+        d = (mean - self.running_mean).div_(sigma).clamp_(-d_max, d_max)
         return r.detach(), d.detach()
 
     def _scale_shift(self, r: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,9 +71,14 @@ class BatchRenorm(_BatchNorm):
             return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
         check_batch_values(x, "Batch Renorm")
         with torch.no_grad():
-            var, mean = torch.var_mean(x, [0, *range(2, x.dim())], correction=0)
+            if x.dim() == 4:  # per (sample, channel) first: contiguous reductions, combined exactly below
+                m_nc, v_nc = mean_var(x, (2, 3), keepdim=False)
+                mean = m_nc.mean(0)
+                var = v_nc.mean(0) + ((m_nc - mean) ** 2).mean(0)
+            else:
+                mean, var = mean_var(x, 0, keepdim=False)
             r, d = self._correction(mean, var)
-        self.num_batches_tracked.add_(1)
+        self._count_step()
         weight, bias = self._scale_shift(r, d)
         # The kernel normalizes by the batch statistics and updates the running ones in place.
         return F.batch_norm(x, self.running_mean, self.running_var, weight, bias, True, self.momentum, self.eps)
@@ -68,7 +88,7 @@ class BatchRenorm(_BatchNorm):
             return self._flat(xf) * w
         mean, var, n = masked_moments(xf, w)
         r, d = self._correction(mean.detach(), var.detach())
-        self.num_batches_tracked.add_(1)
+        self._count_step()
         update_running(self.running_mean, self.running_var, mean, var, n, self.momentum)
         weight, bias = self._scale_shift(r, d)
         return torch.addcmul(bias, (xf - mean) * torch.rsqrt(var + self.eps), weight) * w

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from normbench.norms.common import batch_seq, check_batch_values, masked_moments, update_running
+from normbench.norms.common import batch_seq, check_batch_values, masked_moments, mean_var, scale_shift, update_running
 from normbench.norms.group import check_spatial
 from normbench.norms.registry import NormSpec, register
 
@@ -60,11 +60,11 @@ class SwitchableNorm(nn.Module):
         b = -mean * a
         if self.bias is not None:
             b = b + self.bias.view(shape)
-        return torch.addcmul(b, x, a)
+        return scale_shift(x, a, b)
 
     def _image(self, x: torch.Tensor) -> torch.Tensor:
         check_spatial(x, "Switchable Norm")
-        var_in, mean_in = torch.var_mean(x, (2, 3), keepdim=True, correction=0)  # (N, C, 1, 1)
+        mean_in, var_in = mean_var(x, (2, 3))  # (N, C, 1, 1)
         sq_in = var_in + mean_in * mean_in
         mean_ln = mean_in.mean(1, keepdim=True)
         var_ln = sq_in.mean(1, keepdim=True) - mean_ln * mean_ln
@@ -81,7 +81,7 @@ class SwitchableNorm(nn.Module):
         return self._normalize(x, mean, var, (1, -1, 1, 1))
 
     def _mix_rows(self, x, mean_bn, var_bn) -> torch.Tensor:
-        var_ln, mean_ln = torch.var_mean(x, 1, keepdim=True, correction=0)  # (M, 1)
+        mean_ln, var_ln = mean_var(x, 1)  # (M, 1)
         mw, vw = self.weights()
         mean = mw[0] * mean_ln + mw[1] * mean_bn
         var = vw[0] * var_ln + vw[1] * var_bn
@@ -91,7 +91,7 @@ class SwitchableNorm(nn.Module):
         """(M, C) rows: LN per row, BN over the rows."""
         if self.training:
             check_batch_values(x, "Switchable Norm")
-            var_bn, mean_bn = torch.var_mean(x, 0, keepdim=True, correction=0)
+            mean_bn, var_bn = mean_var(x, 0)
             self._track(mean_bn, var_bn, x.shape[0])
         else:
             mean_bn, var_bn = self._running((1, -1))
