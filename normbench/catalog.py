@@ -22,7 +22,8 @@ def catalog_table() -> Table:
         table.add_column(col, overflow="fold")
     for name in norms.names():
         spec = norms.get(name)
-        table.add_row(name, spec.full_name, spec.stats_over, "yes" if spec.batch_dependent else "no", spec.params,
+        full_name = spec.full_name + (" *" if spec.own_activation else "")
+        table.add_row(name, full_name, spec.stats_over, "yes" if spec.batch_dependent else "no", spec.params,
                       ", ".join(spec.layouts), spec.paper)
     return table
 
@@ -46,7 +47,8 @@ def main(argv: list[str], console: Console | None = None) -> int:
         raise UserError("usage: normbench norms [NAME]", "run `normbench norms` for the whole catalog")
     console.print(detail_table(argv[0]) if argv else catalog_table())
     if not argv:
-        console.print("layouts: flat (N, C) for MLPs, image (N, C, H, W) for CNNs, seq (N, T, C) for RNNs. "
+        console.print("* includes its own activation (FRN's TLU, EvoNorm-S0's sigmoid gate).\n"
+                      "layouts: flat (N, C) for MLPs, image (N, C, H, W) for CNNs, seq (N, T, C) for RNNs. "
                       "`normbench norms NAME` lists a norm's options.")
     return 0
 

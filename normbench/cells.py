@@ -144,7 +144,7 @@ class SteppedRecurrent(nn.Module):
     def forward(self, seq: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         n, steps, _ = seq.shape
         if mask is not None:  # no step past the longest sequence: it would have no real sample for statistics
-            steps = int(mask.sum(1).max())
+            steps = max(1, int(mask.sum(1).max()))
         xs = self.ih(seq[:, :steps])  # every step's W_x x at once
         h = seq.new_zeros(n, self.hidden)
         c = seq.new_zeros(n, self.hidden)

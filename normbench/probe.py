@@ -1,6 +1,6 @@
 """`norm.track_stats=true`: watch what each norm layer receives and learns, in TensorBoard.
 
-    probe = attach(model, tracker, every=100)   # the runner does this; tracker: a SummaryWriter or a tracker holding one
+    probe = attach(model, tracker, every=100)   # the runner does this (a SummaryWriter works too)
     ...train...                                 # every 100 training steps: scalars per norm layer
     probe.remove()
 

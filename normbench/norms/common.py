@@ -1,7 +1,7 @@
 """Pieces shared by the norm families: layouts' reduction axes, the token-wise adapter, masked statistics,
 and the checks that turn an impossible input into a one-line UserError.
 
-    dims = stat_dims("image")                       # (0, 2, 3): BN's axes for (N, C, H, W)
+    dims = batch_dims("image")                      # (0, 2, 3): BN's axes for (N, C, H, W)
     y = batch_seq(x, mask, masked, flat, weighted, training)   # a batch-statistics norm on (N, T, C)
 """
 

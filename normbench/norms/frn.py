@@ -3,7 +3,8 @@
     frn = norms.create("frn", 64, "image")    # max(gamma x / sqrt(nu^2 + eps) + beta, tau)
 
 nu^2 is the mean of x^2 over H, W per sample per channel: no centering, no batch. FRN includes its own
-activation (TLU), so a model's ReLU after it changes nothing (TLU's output is >= tau, and tau is learned).
+activation (TLU); a ReLU after it turns max(y, tau) into max(y, max(tau, 0)), so models should ask
+`make.activation()` (nothing after FRN) rather than always adding one.
 On flat and seq features each channel holds one value, so nu^2 = x^2 and FRN becomes x / sqrt(x^2 + eps);
 the paper's remedy for such 1x1 maps is a learned eps, which `learn_eps` (default: on there) turns on:
 eps + |eps_l| with eps_l a learned scalar per channel, initialized to 1e-4 (our choice; the paper
