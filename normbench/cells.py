@@ -18,8 +18,6 @@ scale and shift across steps; past the longest step seen in training it uses the
 
 from __future__ import annotations
 
-import copy
-
 import torch
 from torch import nn
 from torch.nn.utils import parametrize
@@ -79,6 +77,7 @@ class StepNorm(nn.Module):
 
     def __init__(self, make, features: int):
         super().__init__()
+        self.make, self.features = make, features
         self.norm = make(features, "seq")
         self.per_step = make.spec.batch_dependent
         self.steps = nn.ModuleList()  # steps 1, 2, ...
@@ -100,13 +99,19 @@ class StepNorm(nn.Module):
         return 1 + len(self.steps) if self.per_step else 0
 
     def _next(self) -> nn.Module:
-        """A copy of the last step's module (its statistics are the best first guess), parameters shared."""
-        new = copy.deepcopy(self.steps[-1] if self.steps else self.norm)
+        """A new step's module: the last step's statistics as its first guess, step 0's parameters shared.
+        Built afresh and loaded rather than deep-copied, which would also copy any hooks on the module."""
+        last = self.steps[-1] if self.steps else self.norm
+        new = self.make(self.features, "seq")
+        ref = next((b for b in self.norm.buffers() if b.is_floating_point()), None)
+        if ref is not None:
+            new.to(ref.device, ref.dtype)
+        new.load_state_dict(last.state_dict())
         for name, p in self.norm.named_parameters():
             owner, _, leaf = name.rpartition(".")
             setattr(new.get_submodule(owner), leaf, p)
         new.__dict__.pop("normbench_norm", None)  # the probe watches step 0's module only
-        return new
+        return new.train(self.training)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # The module loader visits children after this call, so make the steps the state dict holds first.

@@ -56,6 +56,22 @@ def test_probe_logs_every_n_training_steps(model, norm):
     assert not any(m._forward_hooks for _, m in layers) and not net._forward_pre_hooks
 
 
+def test_probe_on_recurrent_bn_watches_step_zero():
+    """Reference: cells.StepNorm: the per-step copies made after the probe is attached carry no hooks of
+    their own; the probe logs each in-cell norm once per logged step (its first call, step 0)."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(name="rnn", hidden=8, depth=1, cell="lstm", placement="recurrent")
+    net = models.create(cfg, norms.factory("bn"), (1, 6, 6), 10)
+    w = Writer()
+    probe.attach(net, w, every=2)
+    _train(net, 4, torch.randn(5, 1, 6, 6))
+    layer = net.layers[0]
+    assert layer.norm_x.trained_steps == 6
+    assert all(not step._forward_hooks for step in layer.norm_x.steps)
+    per_step = [t for t, _, s in w.scalars if s == 2 and t.endswith("input_mean")]
+    assert len(per_step) == 3  # norm_x, norm_h, norm_c of the one layer
+
+
 def test_probe_statistics_are_the_inputs_per_channel_statistics():
     """Reference: torch.mean / torch.std over (N, H, W) of the conv output that feeds BN."""
     torch.manual_seed(0)
