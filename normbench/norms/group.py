@@ -8,6 +8,7 @@ groups of channels (GN) or over H, W of each channel (IN, which is GN with one c
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from normbench.errors import UserError
@@ -44,11 +45,15 @@ class InstanceNorm(nn.InstanceNorm2d):
         return super().forward(x)
 
 
-class TokenGroupNorm(nn.GroupNorm):
-    """GroupNorm over the channels of each token of a (N, T, C) batch."""
+class RowGroupNorm(nn.GroupNorm):
+    """GroupNorm over the channels of each row of (N, C) or each token of (N, T, C). torch's layer_norm
+    kernel on (..., G, C/G) computes the same statistics 1.5-2x faster than its group_norm kernel on rows."""
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        return super().forward(x.reshape(-1, x.shape[-1])).reshape(x.shape)
+        c = x.shape[-1]
+        y = F.layer_norm(x.unflatten(-1, (self.num_groups, c // self.num_groups)), (c // self.num_groups,),
+                         eps=self.eps).flatten(-2)
+        return torch.addcmul(self.bias, y, self.weight) if self.affine else y
 
 
 @register(NormSpec(
@@ -87,5 +92,5 @@ def build_gn(num_features: int, layout: str, *, groups: int = 8, eps: float = 1e
         from normbench.norms.scratch import ScratchGroupNorm
 
         return ScratchGroupNorm(groups, num_features, layout, eps=eps, affine=affine)
-    cls = TokenGroupNorm if layout == "seq" else nn.GroupNorm
+    cls = nn.GroupNorm if layout == "image" else RowGroupNorm
     return cls(groups, num_features, eps=eps, affine=affine)

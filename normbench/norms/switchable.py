@@ -65,13 +65,14 @@ class SwitchableNorm(nn.Module):
     def _image(self, x: torch.Tensor) -> torch.Tensor:
         check_spatial(x, "Switchable Norm")
         mean_in, var_in = mean_var(x, (2, 3))  # (N, C, 1, 1)
-        sq_in = var_in + mean_in * mean_in
+        # Pooled from IN's: the mean of the variances plus the variance of the means (no E[x^2] - E[x]^2
+        # cancellation), since every (sample, channel) has the same H x W count.
         mean_ln = mean_in.mean(1, keepdim=True)
-        var_ln = sq_in.mean(1, keepdim=True) - mean_ln * mean_ln
+        var_ln = var_in.mean(1, keepdim=True) + (mean_in - mean_ln).square().mean(1, keepdim=True)
         if self.training:
             check_batch_values(x, "Switchable Norm")
             mean_bn = mean_in.mean(0, keepdim=True)
-            var_bn = sq_in.mean(0, keepdim=True) - mean_bn * mean_bn
+            var_bn = var_in.mean(0, keepdim=True) + (mean_in - mean_bn).square().mean(0, keepdim=True)
             self._track(mean_bn, var_bn, x.numel() // x.shape[1])
         else:
             mean_bn, var_bn = self._running((1, -1, 1, 1))
