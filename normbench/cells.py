@@ -13,7 +13,7 @@ placement="recurrent": the norm sits inside the cell at every time step, which P
         c_t = sig(f) c_{t-1} + sig(i) tanh(g),  h_t = sig(o) tanh(N_c(c_t))     the same form as Ba et al.'s LN-LSTM
 A batch-dependent norm (bn, brn, sn) keeps separate statistics for every time step, sharing its learned
 scale and shift across steps; past the longest step seen in training it uses the last step's statistics
-(Cooijmans et al., section 4). With a mask, step t's statistics cover the samples still running at t.
+(Cooijmans et al., section 4); in the LSTM its scale starts at 0.1, as theirs does. With a mask, step t's statistics cover the samples still running at t.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from normbench.errors import UserError
 CELLS = ("rnn", "lstm", "gru")
 GATES = {"rnn": 1, "lstm": 4, "gru": 3}
 PLACEMENTS = ("output", "recurrent")
+RECURRENT_BN_GAMMA = 0.1  # initial scale of a batch norm inside an LSTM cell (Cooijmans et al.)
 
 
 class TorchRNN(nn.RNN):
@@ -75,12 +76,15 @@ class StepNorm(nn.Module):
     learnable parameters of step 0's module (`norm`). Copies are made as training reaches new steps (and
     when a state dict that has them is loaded)."""
 
-    def __init__(self, make, features: int):
+    def __init__(self, make, features: int, batch_gamma: float | None = None):
         super().__init__()
         self.make, self.features = make, features
         self.norm = make(features, "seq")
         self.per_step = make.spec.batch_dependent
         self.steps = nn.ModuleList()  # steps 1, 2, ...
+        weight = getattr(self.norm, "weight", None)
+        if batch_gamma is not None and self.per_step and isinstance(weight, nn.Parameter):
+            nn.init.constant_(weight, batch_gamma)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, step: int) -> torch.Tensor:
         return self.at(step)(x.unsqueeze(1), mask).squeeze(1)
@@ -143,8 +147,11 @@ class SteppedRecurrent(nn.Module):
                                 "use model.placement=output, or ln / rms / bn inside the cell")
             self.norm_h = StepNorm(make, gates)  # rnn: the norm of the summed pre-activation (Ba eq. 4)
             if cell == "lstm":
-                self.norm_x = StepNorm(make, gates)
-                self.norm_c = StepNorm(make, hidden)
+                # Cooijmans et al., section 5: BN-LSTM's gamma starts at 0.1, not 1, which keeps the gates and
+                # tanh out of saturation so gradients flow through time (their figure 1).
+                self.norm_h = StepNorm(make, gates, RECURRENT_BN_GAMMA)
+                self.norm_x = StepNorm(make, gates, RECURRENT_BN_GAMMA)
+                self.norm_c = StepNorm(make, hidden, RECURRENT_BN_GAMMA)
 
     def forward(self, seq: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         n, steps, _ = seq.shape

@@ -71,6 +71,16 @@ def test_recurrent_bn_keeps_statistics_per_step_and_uses_the_last_past_them():
     torch.testing.assert_close(layer(long_seq), ref)
 
 
+def test_bn_lstm_gamma_starts_at_one_tenth():
+    """Reference: Cooijmans et al., section 5: BN-LSTM initializes every gamma to 0.1; LN-LSTM (Ba et al.)
+    keeps its gains at 1."""
+    bn = cells.recurrent_layer("lstm", 4, 8, norms.factory("bn"), "recurrent")
+    for norm in (bn.norm_x, bn.norm_h, bn.norm_c):
+        assert torch.all(norm.norm.weight == 0.1)
+    ln = cells.recurrent_layer("lstm", 4, 8, norms.factory("ln"), "recurrent")
+    assert torch.all(ln.norm_x.norm.norm.weight == 1)
+
+
 def test_recurrent_bn_statistics_survive_a_state_dict_round_trip():
     """Reference: the trained layer itself: a fresh layer loading its state dict gets every step back."""
     layer = _layer("lstm")
