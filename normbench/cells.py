@@ -139,7 +139,7 @@ class SteppedRecurrent(nn.Module):
         if inner and not make.reparameterizes and make.name != "none":
             if "flat" in make.spec.unsupported:
                 raise UserError(f"{make.name} cannot go inside a recurrent cell: each step's pre-activation is a "
-                                f"flat (N, C) vector, and {make.spec.unsupported['flat']}",
+                                f"flat (N, C) vector, one value per channel per sample, where {make.name} is not defined",
                                 "use model.placement=output, or ln / bn inside the cell")
             if make.spec.own_activation:
                 raise UserError(f"{make.name} includes its own activation, which inside a recurrent cell would act on "

@@ -154,7 +154,7 @@ def test_recurrent_placement_in_the_rnn_model(norm, cell):
 
 def test_recurrent_placement_refuses_what_it_cannot_do():
     """Reference: DESIGN.md: impossible combinations fail at build with why and what instead."""
-    with pytest.raises(UserError, match="in cannot go inside a recurrent cell.*one value per channel"):
+    with pytest.raises(UserError, match="in cannot go inside a recurrent cell.*not defined.*placement=output"):
         cells.recurrent_layer("rnn", 4, 8, norms.factory("in"), "recurrent")
     with pytest.raises(UserError, match="frn includes its own activation.*placement=output"):
         cells.recurrent_layer("lstm", 4, 8, norms.factory("frn"), "recurrent")
