@@ -13,7 +13,8 @@ placement="recurrent": the norm sits inside the cell at every time step, which P
         c_t = sig(f) c_{t-1} + sig(i) tanh(g),  h_t = sig(o) tanh(N_c(c_t))     the same form as Ba et al.'s LN-LSTM
 A batch-dependent norm (bn, brn, sn) keeps separate statistics for every time step, sharing its learned
 scale and shift across steps; past the longest step seen in training it uses the last step's statistics
-(Cooijmans et al., section 4); in the LSTM its scale starts at 0.1, as theirs does. With a mask, step t's statistics cover the samples still running at t.
+(Cooijmans et al., section 4); in the LSTM its scale starts at 0.1, as theirs does. With a mask, step t's
+statistics cover the samples still running at t.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ class SteppedRecurrent(nn.Module):
         if inner and not make.reparameterizes and make.name != "none":
             if "flat" in make.spec.unsupported:
                 raise UserError(f"{make.name} cannot go inside a recurrent cell: each step's pre-activation is a "
-                                f"flat (N, C) vector, one value per channel per sample, where {make.name} is not defined",
+                                f"flat (N, C) vector, one value per channel, where {make.name} is not defined",
                                 "use model.placement=output, or ln / bn inside the cell")
             if make.spec.own_activation:
                 raise UserError(f"{make.name} includes its own activation, which inside a recurrent cell would act on "
