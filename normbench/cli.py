@@ -174,11 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "train":
         return _hydra_train(rest)
-    if command == "summarize":
-        from normbench.summarize import main as summarize
+    if command in ("summarize", "norms"):
+        if command == "summarize":
+            from normbench.summarize import main as command_main
+        else:
+            from normbench.catalog import main as command_main
 
         try:
-            return summarize(rest)
+            return command_main(rest)
         except UserError as e:
             return _fail(e, False)
     print(f"normbench: error: unknown command {command!r}; choose train, norms or summarize "

@@ -33,6 +33,11 @@ class NormConfig:
     affine: Optional[bool] = None  # learnable scale and shift
     groups: Optional[int] = None  # channel groups (gn, evonorm)
     masked: Optional[bool] = None  # seq layout: statistics over real tokens only (false = naive, padding counted)
+    r_max: Optional[float] = None  # brn: final bound on r = sigma_B / sigma (1 = plain BN)
+    d_max: Optional[float] = None  # brn: final bound on d = (mu_B - mu) / sigma (0 = plain BN)
+    renorm_warmup: Optional[int] = None  # brn: steps of plain BN before r_max, d_max relax
+    renorm_ramp: Optional[int] = None  # brn: steps over which r_max, d_max relax linearly to their final values
+    learn_eps: Optional[bool] = None  # frn: learn eps (null = on for flat/seq, where each channel holds one value)
     track_stats: bool = False  # log each norm layer's input mean/std and scale/shift to TensorBoard
     track_every: int = 100  # ... every this many steps
 

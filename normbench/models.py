@@ -16,20 +16,22 @@ from typing import Callable
 import torch
 from torch import nn
 
+from normbench import cells
 from normbench.config import ModelConfig
 from normbench.errors import UserError
 from normbench.norms import NormFactory
 
 
 class MLP(nn.Module):
-    """Flatten -> depth x [linear -> norm -> ReLU] -> linear classifier."""
+    """Flatten -> depth x [linear -> norm -> ReLU] -> linear classifier. (FRN and EvoNorm include their
+    own activation, so `make.activation()` is the identity for them.)"""
 
     def __init__(self, cfg: ModelConfig, make: NormFactory, in_shape, num_classes: int):
         super().__init__()
         layers: list[nn.Module] = [nn.Flatten()]
         width = int(torch.tensor(in_shape).prod())
         for _ in range(cfg.depth):
-            layers += [make.linear(width, cfg.hidden), make(cfg.hidden, "flat"), nn.ReLU()]
+            layers += [make.linear(width, cfg.hidden), make(cfg.hidden, "flat"), make.activation()]
             width = cfg.hidden
         layers += [nn.Dropout(cfg.dropout), nn.Linear(width, num_classes)]
         self.net = nn.Sequential(*layers)
@@ -46,7 +48,8 @@ class CNN(nn.Module):
         c, h, w = in_shape
         layers: list[nn.Module] = []
         for out in cfg.channels:
-            layers += [make.conv2d(c, out, 3, padding=1), make(out, "image"), nn.ReLU(), nn.MaxPool2d(2)]
+            layers += [make.conv2d(c, out, 3, padding=1), make(out, "image"), make.activation(),
+                       nn.MaxPool2d(2)]
             c, h, w = out, h // 2, w // 2
         if h < 1 or w < 1:
             raise UserError(f"{len(cfg.channels)} conv stages pool a {in_shape[1]}x{in_shape[2]} image "
@@ -59,7 +62,7 @@ class CNN(nn.Module):
         return self.net(x)
 
 
-RNN_CELLS = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
+RNN_CELLS = cells.TORCH_CELLS
 
 
 def length_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
@@ -69,20 +72,17 @@ def length_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
 
 class RNN(nn.Module):
     """Image rows as time steps (seed 000): depth x [recurrent layer -> norm on its outputs], then a
-    linear classifier on the output at each sequence's last real step."""
+    linear classifier on the output at each sequence's last real step. With model.placement=recurrent the
+    norm sits inside the cell at every step instead (LN-RNN, recurrent BN; see cells.py)."""
 
     def __init__(self, cfg: ModelConfig, make: NormFactory, in_shape, num_classes: int):
         super().__init__()
-        if cfg.cell not in RNN_CELLS:
-            raise UserError(f"unknown RNN cell {cfg.cell!r}", f"choose one of: {', '.join(RNN_CELLS)}")
-        if cfg.placement != "output":
-            raise UserError(f"unknown norm placement {cfg.placement!r}", "use model.placement=output")
         c, _, w = in_shape
         size = c * w
         self.layers, self.norms = nn.ModuleList(), nn.ModuleList()
         for _ in range(cfg.depth):
-            self.layers.append(RNN_CELLS[cfg.cell](size, cfg.hidden, batch_first=True))
-            self.norms.append(make(cfg.hidden, "seq"))
+            self.layers.append(cells.recurrent_layer(cfg.cell, size, cfg.hidden, make, cfg.placement))
+            self.norms.append(make(cfg.hidden, "seq") if cfg.placement == "output" else cells.Passthrough())
             size = cfg.hidden
         self.dropout = nn.Dropout(cfg.dropout)
         self.head = nn.Linear(size, num_classes)
@@ -92,8 +92,7 @@ class RNN(nn.Module):
         seq = x.permute(0, 2, 1, 3).reshape(n, h, c * w)  # (N, T=H, C*W)
         mask = None if lengths is None else length_mask(lengths, h)
         for layer, norm in zip(self.layers, self.norms):
-            seq, _ = layer(seq)
-            seq = norm(seq, mask)
+            seq = norm(layer(seq, mask), mask)
         last = seq[:, -1] if lengths is None else seq[torch.arange(n, device=x.device), lengths - 1]
         return self.head(self.dropout(last))
 

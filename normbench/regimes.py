@@ -65,7 +65,7 @@ def train_batches(cfg: Config):
     return varlen.train_batches(cfg.varlen) if cfg.varlen.enabled else data.batches
 
 
-class NormProbe(NormFactory):
+class NormCounter(NormFactory):
     """A norm constructor (`norms.factory`) that remembers the modules it builds, to count how many values
     each channel's statistics would see in one training batch (batch for linear layers, batch x H x W
     for convolutions, batch x T for sequences, batch for a per-step recurrent norm): BatchNorm's fate

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from normbench import data, guards, models, norms, regimes
+from normbench import data, guards, models, norms, probe, regimes
 from normbench.config import Config, NormConfig
 from normbench.engine import evaluate, fit, pick_device
 from normbench.errors import UserError
@@ -82,7 +82,7 @@ def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list
             torch.set_num_threads(cfg.threads)
         device = pick_device(cfg.device)
         results.update(device=str(device), torch_threads=torch.get_num_threads())
-        make = regimes.NormProbe(cfg.norm.name, **norm_options(cfg.norm))  # a norms.factory that counts
+        make = regimes.NormCounter(cfg.norm.name, **norm_options(cfg.norm))  # a norms.factory that counts
         splits = data.load(cfg.data, device)
         torch.manual_seed(cfg.seed)
         model = models.create(cfg.model, make, splits.shape, splits.num_classes).to(device)
@@ -94,6 +94,8 @@ def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list
         results["lr_effective"] = train_cfg.lr
 
         tracker = tracker or make_trackers(cfg, run_dir, config_dict, hparam_domains)
+        if cfg.norm.track_stats:  # forward hooks on the norm layers; when off, none exist
+            probe.attach(model, tracker, cfg.norm.track_every)
         fitted = fit(model, splits, train_cfg, tracker, device, checkpoint=run_dir / CHECKPOINT,
                      resume=cfg.resume, batch_fn=regimes.train_batches(cfg))
         results.pop("error")

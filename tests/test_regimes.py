@@ -11,7 +11,7 @@ import torch
 from normbench import data, models, norms
 from normbench.config import ModelConfig, VarLenConfig
 from normbench.errors import UserError
-from normbench.regimes import NormProbe, extra_evaluations
+from normbench.regimes import NormCounter, extra_evaluations
 from normbench.runner import run
 
 
@@ -23,12 +23,12 @@ from normbench.runner import run
 def test_values_per_channel(model, expected):
     """Reference: batch for linear layers, batch x H x W for the smallest conv feature map, batch x T for
     a sequence, counted by hand for a batch of 4 FashionMNIST-sized images."""
-    probe = NormProbe("bn")
-    net = models.create(model, probe, (1, 28, 28), 10)
+    counter = NormCounter("bn")
+    net = models.create(model, counter, (1, 28, 28), 10)
     net.train()
-    assert probe.values_per_channel(net, torch.randn(4, 1, 28, 28)) == expected
+    assert counter.values_per_channel(net, torch.randn(4, 1, 28, 28)) == expected
     assert net.training  # the probe ran in eval mode and gave the mode back
-    assert all(m.num_batches_tracked == 0 for m, _ in probe.built)  # no running-statistics update
+    assert all(m.num_batches_tracked == 0 for m, _ in counter.built)  # no running-statistics update
 
 
 def test_batch_statistics_evaluation_restores_the_model(tiny_cfg):

@@ -296,7 +296,7 @@ def test_batch_statistics_rule(model, norm, batch_size, fails, tiny_cfg):
     tiny_cfg.model, tiny_cfg.norm, tiny_cfg.batch_size = ModelConfig(name=model, hidden=8), NormConfig(name=norm), \
         batch_size
     from normbench import models, regimes
-    make = regimes.NormProbe(norm)
+    make = regimes.NormCounter(norm)
     m = models.create(tiny_cfg.model, make, (1, 28, 28), 10).train()
     values = make.values_per_channel(m, torch.randn(batch_size, 1, 28, 28))
     native_fails = False

@@ -11,6 +11,7 @@ Each family lives in its own module and registers itself on import; see registry
 from normbench.norms.registry import LAYOUTS, NormFactory, NormSpec, create, factory, get, names, register
 
 # Importing a family registers its norms, in catalog order.
-from normbench.norms import basic, batch, layer, group  # noqa: E402,F401  isort: skip
+from normbench.norms import basic, batch, layer, group, rms, weight  # noqa: E402,F401  isort: skip
+from normbench.norms import switchable, renorm, frn, evonorm  # noqa: E402,F401  isort: skip
 
 __all__ = ["LAYOUTS", "NormFactory", "NormSpec", "create", "factory", "get", "names", "register"]

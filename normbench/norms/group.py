@@ -1,29 +1,59 @@
 """GroupNorm (Wu & He 2018) and InstanceNorm (Ulyanov et al. 2016): per-sample statistics over
-groups of channels (GN) or over H, W of each channel (IN, which is GN with one channel per group)."""
+groups of channels (GN) or over H, W of each channel (IN, which is GN with one channel per group).
+
+    gn = norms.create("gn", 64, "image", groups=8)
+    norms.create("in", 64, "flat")            # UserError: one value per channel, nothing to average
+"""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from normbench.errors import UserError
-from normbench.norms.registry import NormSpec, register
+from normbench.norms.registry import NormSpec, check_impl, register
 
 
-def check_groups(groups: int, num_features: int) -> None:
+def check_groups(groups: int, num_features: int, layout: str = "image", name: str = "GroupNorm") -> None:
     if groups < 1 or num_features % groups:
         divisors = [g for g in range(1, num_features + 1) if num_features % g == 0]
         raise UserError(
-            f"GroupNorm groups={groups} does not divide {num_features} channels",
+            f"{name} groups={groups} does not divide {num_features} channels",
             f"set norm.groups to a divisor of {num_features}: {', '.join(map(str, divisors))}",
+        )
+    if layout != "image" and groups == num_features:
+        raise UserError(
+            f"{name} with {groups} groups of {num_features} {layout} features puts one value in each group, "
+            "so there is nothing to average",
+            f"set norm.groups to at most {num_features // 2}",
         )
 
 
-class TokenGroupNorm(nn.GroupNorm):
-    """GroupNorm over the channels of each token of a (N, T, C) batch."""
+def check_spatial(x: torch.Tensor, name: str) -> None:
+    """Per-sample per-channel statistics over H, W need two or more positions (torch raises ValueError)."""
+    if x.shape[2] * x.shape[3] == 1:
+        raise UserError(f"{name} averages over H x W per channel, and this input {tuple(x.shape)} is 1 x 1",
+                        "use ln or gn here, or keep the feature maps larger than 1 x 1")
+
+
+class InstanceNorm(nn.InstanceNorm2d):
+    """nn.InstanceNorm2d (instance statistics in eval too), with a one-line error for 1 x 1 maps."""
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        return super().forward(x.reshape(-1, x.shape[-1])).reshape(x.shape)
+        check_spatial(x, "InstanceNorm")
+        return super().forward(x)
+
+
+class RowGroupNorm(nn.GroupNorm):
+    """GroupNorm over the channels of each row of (N, C) or each token of (N, T, C). torch's layer_norm
+    kernel on (..., G, C/G) computes the same statistics 1.5-2x faster than its group_norm kernel on rows."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        c = x.shape[-1]
+        y = F.layer_norm(x.unflatten(-1, (self.num_groups, c // self.num_groups)), (c // self.num_groups,),
+                         eps=self.eps).flatten(-2)
+        return torch.addcmul(self.bias, y, self.weight) if self.affine else y
 
 
 @register(NormSpec(
@@ -37,8 +67,13 @@ class TokenGroupNorm(nn.GroupNorm):
         "seq": "per-channel statistics over time would leak future tokens into every step; use ln or bn",
     },
 ))
-def build_in(num_features: int, layout: str, *, eps: float = 1e-5, affine: bool = True) -> nn.Module:
-    return nn.InstanceNorm2d(num_features, eps=eps, affine=affine)
+def build_in(num_features: int, layout: str, *, eps: float = 1e-5, affine: bool = True,
+             impl: str = "native") -> nn.Module:
+    if check_impl(impl) == "scratch":
+        from normbench.norms.scratch import ScratchInstanceNorm
+
+        return ScratchInstanceNorm(num_features, eps=eps, affine=affine)
+    return InstanceNorm(num_features, eps=eps, affine=affine)
 
 
 @register(NormSpec(
@@ -48,10 +83,14 @@ def build_in(num_features: int, layout: str, *, eps: float = 1e-5, affine: bool 
     paper="Wu & He 2018, arXiv 1803.08494",
 ))
 def build_gn(num_features: int, layout: str, *, groups: int = 8, eps: float = 1e-5,
-             affine: bool = True) -> nn.Module:
+             affine: bool = True, impl: str = "native") -> nn.Module:
     # The paper's default is 32 groups on ResNets of 64-2048 channels; our models have 32-256
     # channels, and 8 groups keeps at least 4 channels per group.
     groups = min(groups, num_features)
-    check_groups(groups, num_features)
-    cls = TokenGroupNorm if layout == "seq" else nn.GroupNorm
+    check_groups(groups, num_features, layout)
+    if check_impl(impl) == "scratch":
+        from normbench.norms.scratch import ScratchGroupNorm
+
+        return ScratchGroupNorm(groups, num_features, layout, eps=eps, affine=affine)
+    cls = nn.GroupNorm if layout == "image" else RowGroupNorm
     return cls(groups, num_features, eps=eps, affine=affine)

@@ -21,6 +21,21 @@ from torch import nn
 from normbench.errors import UserError
 
 LAYOUTS = ("flat", "image", "seq")
+IMPLS = ("native", "scratch")
+# Modules a factory builds carry this attribute, (norm name, layout or "layer"), so probe.py can find them.
+TAG = "normbench_norm"
+
+
+def check_impl(impl: str) -> str:
+    """`impl` picks torch's kernel ("native") or the from-scratch twin written from the definition."""
+    if impl not in IMPLS:
+        raise UserError(f"unknown norm.impl {impl!r}", "use native (PyTorch kernels) or scratch (from the definition)")
+    return impl
+
+
+def keyword_options(fn: Callable) -> dict[str, object]:
+    """A function's keyword-only parameters and their defaults: a build function's options."""
+    return {p.name: p.default for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY}
 
 
 @dataclass(frozen=True)
@@ -35,6 +50,8 @@ class NormSpec:
     paper: str
     # layout -> why it is not defined there and what to use instead
     unsupported: dict[str, str] = field(default_factory=dict)
+    # FRN (its TLU) and EvoNorm-S0 (its sigmoid gate) replace the activation after the norm too.
+    own_activation: bool = False
     # WeightNorm / Cosine Norm change the layer before the norm: these build that layer.
     linear: Callable[..., nn.Module] = nn.Linear
     conv2d: Callable[..., nn.Module] = nn.Conv2d
@@ -46,12 +63,12 @@ class NormSpec:
 
     def options(self) -> dict[str, object]:
         """The options `build` accepts, with their defaults."""
-        sig = inspect.signature(self.build)
-        return {
-            p.name: p.default
-            for p in sig.parameters.values()
-            if p.kind is p.KEYWORD_ONLY
-        }
+        return keyword_options(self.build)
+
+    @property
+    def reparameterizes(self) -> bool:
+        """Does this norm change the layer before it (WeightNorm, Cosine Norm) rather than its output?"""
+        return self.linear is not nn.Linear or self.conv2d is not nn.Conv2d
 
 
 _REGISTRY: dict[str, NormSpec] = {}
@@ -83,6 +100,10 @@ def get(name: str) -> NormSpec:
 
 def _check_options(spec: NormSpec, options: dict) -> None:
     unknown = set(options) - set(spec.options())
+    if unknown == {"impl"}:
+        with_impl = ", ".join(s.name for s in _REGISTRY.values() if "impl" in s.options())
+        raise UserError(f"{spec.name} has no PyTorch kernel, so no from-scratch twin to select with norm.impl",
+                        f"impl applies to {with_impl}; leave norm.impl=native")
     if unknown:
         valid = ", ".join(spec.options()) or "none"
         raise UserError(f"{spec.name} takes no option {', '.join(sorted(unknown))}", f"its options are: {valid}")
@@ -100,7 +121,9 @@ def create(name: str, num_features: int, layout: str, **options) -> nn.Module:
     """Build norm `name` for `num_features` channels in `layout`; unknown options or layouts fail."""
     spec = get(name)
     _check(spec, layout, options)
-    return spec.build(num_features, layout, **options)
+    module = spec.build(num_features, layout, **options)
+    setattr(module, TAG, (name, layout))
+    return module
 
 
 class NormFactory:
@@ -116,14 +139,30 @@ class NormFactory:
         _check_options(self.spec, options)
 
     def __call__(self, num_features: int, layout: str) -> nn.Module:
-        _check(self.spec, layout, self.options)
-        return self.spec.build(num_features, layout, **self.options)
+        return create(self.name, num_features, layout, **self.options)
 
     def linear(self, in_features: int, out_features: int, bias: bool = True) -> nn.Module:
-        return self.spec.linear(in_features, out_features, bias=bias)
+        return self._layer(self.spec.linear, in_features, out_features, bias=bias)
 
     def conv2d(self, in_channels: int, out_channels: int, kernel_size: int, **kwargs) -> nn.Module:
-        return self.spec.conv2d(in_channels, out_channels, kernel_size, **kwargs)
+        return self._layer(self.spec.conv2d, in_channels, out_channels, kernel_size, **kwargs)
+
+    def _layer(self, builder: Callable[..., nn.Module], *args, **kwargs) -> nn.Module:
+        """A layer builder receives the norm options it names as keyword-only parameters (e.g. impl)."""
+        if builder in (nn.Linear, nn.Conv2d):
+            return builder(*args, **kwargs)
+        named = keyword_options(builder)
+        layer = builder(*args, **kwargs, **{k: v for k, v in self.options.items() if k in named})
+        setattr(layer, TAG, (self.name, "layer"))
+        return layer
+
+    @property
+    def reparameterizes(self) -> bool:
+        return self.spec.reparameterizes
+
+    def activation(self) -> nn.Module:
+        """The activation to put after the norm: ReLU, or nothing for a norm that includes its own."""
+        return nn.Identity() if self.spec.own_activation else nn.ReLU()
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())

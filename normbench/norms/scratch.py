@@ -1,0 +1,174 @@
+"""From-scratch twins of the norms PyTorch ships (bn, ln, in, gn, rms, wn), written from the papers'
+definitions with plain tensor arithmetic, as seed 000 writes LayerNorm. tests/test_norms_scratch.py checks
+each equal to the native kernel (outputs, gradients, running statistics).
+
+    bn = norms.create("bn", 32, "image", impl="scratch")
+    layer = norms.factory("wn", impl="scratch").linear(784, 256)
+
+They are for reading and verification; the native kernels are faster and stay the default.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normbench.norms.common import batch_dims, channel_shape, check_batch_values, masked_moments
+
+Tensor = torch.Tensor
+
+
+class _Affine(nn.Module):
+    """A per-channel scale (gamma, init 1) and shift (beta, init 0), as every paper here defines them."""
+
+    def __init__(self, num_features: int, affine: bool, shift: bool = True):
+        super().__init__()
+        self.affine = affine
+        self.weight = nn.Parameter(torch.ones(num_features)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(num_features)) if affine and shift else None
+
+    def scale_shift(self, y: Tensor, shape: tuple[int, ...]) -> Tensor:
+        if self.weight is not None:
+            y = y * self.weight.view(shape)
+        if self.bias is not None:
+            y = y + self.bias.view(shape)
+        return y
+
+
+class ScratchBatchNorm(_Affine):
+    """Ioffe & Szegedy, Algorithms 1-2: mu_B = mean over the batch (+ H, W / real tokens) per channel,
+    var_B = mean (x - mu_B)^2, x_hat = (x - mu_B) / sqrt(var_B + eps), y = gamma x_hat + beta. Training
+    keeps running averages (variance made unbiased, m / (m - 1)) that eval uses instead."""
+
+    def __init__(self, num_features: int, layout: str, *, eps: float, momentum: float, affine: bool,
+                 masked: bool):
+        super().__init__(num_features, affine)
+        self.layout, self.eps, self.momentum, self.masked = layout, eps, momentum, masked
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        shape = channel_shape(x, self.layout)
+        use_mask = self.layout == "seq" and mask is not None and self.masked
+        if self.training:
+            if use_mask:
+                w = mask.reshape(-1, 1).to(x.dtype)
+                mean, var, m = masked_moments(x.reshape(-1, x.shape[-1]), w)
+            else:
+                check_batch_values(x.reshape(-1, x.shape[-1]) if self.layout == "seq" else x, "BatchNorm")
+                dims = batch_dims(self.layout)
+                mean = x.mean(dims)
+                var = ((x - mean.view(shape)) ** 2).mean(dims)
+                m = x.numel() // x.shape[-1 if self.layout == "seq" else 1]
+            with torch.no_grad():
+                self.num_batches_tracked += 1
+                m = torch.as_tensor(m, dtype=x.dtype, device=x.device)
+                new_mean = (1 - self.momentum) * self.running_mean + self.momentum * mean
+                new_var = (1 - self.momentum) * self.running_var + self.momentum * var * m / (m - 1).clamp_min(1)
+                # Fewer than two (real) values give no variance estimate: the averages stay (see common.py).
+                self.running_mean.copy_(torch.where(m < 2, self.running_mean, new_mean))
+                self.running_var.copy_(torch.where(m < 2, self.running_var, new_var))
+        else:
+            mean, var = self.running_mean, self.running_var
+        y = self.scale_shift((x - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps), shape)
+        return y * mask[..., None] if use_mask else y
+
+
+class ScratchLayerNorm(_Affine):
+    """Ba et al., eq. (3): mean and variance over all features of one sample (C per token; C, H, W per
+    image), then a per-channel gain and bias. Seed 000's LayerNormalization, per channel."""
+
+    def __init__(self, num_features: int, layout: str, *, eps: float, affine: bool):
+        super().__init__(num_features, affine)
+        self.layout, self.eps = layout, eps
+        self.dims = {"flat": (1,), "image": (1, 2, 3), "seq": (2,)}[layout]
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        mean = x.mean(self.dims, keepdim=True)
+        var = ((x - mean) ** 2).mean(self.dims, keepdim=True)
+        return self.scale_shift((x - mean) / torch.sqrt(var + self.eps), channel_shape(x, self.layout))
+
+
+class ScratchInstanceNorm(_Affine):
+    """Ulyanov et al., eq. (2): mean and variance over H, W of each channel of each sample."""
+
+    def __init__(self, num_features: int, *, eps: float, affine: bool):
+        super().__init__(num_features, affine)
+        self.eps = eps
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        from normbench.norms.group import check_spatial
+
+        check_spatial(x, "InstanceNorm")
+        mean = x.mean((2, 3), keepdim=True)
+        var = ((x - mean) ** 2).mean((2, 3), keepdim=True)
+        return self.scale_shift((x - mean) / torch.sqrt(var + self.eps), channel_shape(x, "image"))
+
+
+class ScratchGroupNorm(_Affine):
+    """Wu & He, eq. (1)-(2) with S_i = the C/G channels of i's group (and H, W) in one sample."""
+
+    def __init__(self, groups: int, num_features: int, layout: str, *, eps: float, affine: bool):
+        super().__init__(num_features, affine)
+        self.groups, self.layout, self.eps = groups, layout, eps
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        if self.layout == "seq":  # (N, T, C) -> (N, T, G, C/G): groups of each token's channels
+            g = x.reshape(*x.shape[:2], self.groups, -1)
+            dims = (3,)
+        else:  # (N, C, ...) -> (N, G, C/G * H * W)
+            g = x.reshape(x.shape[0], self.groups, -1)
+            dims = (2,)
+        mean = g.mean(dims, keepdim=True)
+        var = ((g - mean) ** 2).mean(dims, keepdim=True)
+        y = ((g - mean) / torch.sqrt(var + self.eps)).reshape(x.shape)
+        return self.scale_shift(y, channel_shape(x, self.layout))
+
+
+class ScratchRMSNorm(_Affine):
+    """Zhang & Sennrich, eq. (4): a_i / RMS(a) * g_i, RMS(a) = sqrt(mean a^2 + eps); no centering, no bias."""
+
+    def __init__(self, num_features: int, layout: str, *, eps: float, affine: bool):
+        super().__init__(num_features, affine, shift=False)
+        self.layout, self.eps = layout, eps
+        self.dims = {"flat": (1,), "image": (1, 2, 3), "seq": (2,)}[layout]
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        rms = torch.sqrt((x * x).mean(self.dims, keepdim=True) + self.eps)
+        return self.scale_shift(x / rms, channel_shape(x, self.layout))
+
+
+def _direction_norm(v: Tensor) -> Tensor:
+    """||v|| over everything but the output unit (dim 0), shaped to broadcast against v."""
+    return v.flatten(1).norm(dim=1).view(-1, *([1] * (v.dim() - 1)))
+
+
+class ScratchWeightNormLinear(nn.Linear):
+    """Salimans & Kingma, eq. (2): w = g v / ||v|| per output unit; g starts at ||v|| so w starts at v."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        super().__init__(in_features, out_features, bias=bias)
+        v = self.weight.detach().clone()
+        del self.weight
+        self.weight_v = nn.Parameter(v)
+        self.weight_g = nn.Parameter(_direction_norm(v))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight_g * self.weight_v / _direction_norm(self.weight_v), self.bias)
+
+
+class ScratchWeightNormConv2d(nn.Conv2d):
+    """Weight normalization of a convolution: w = g v / ||v||, the norm over (C_in, kh, kw) per filter."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, **kwargs):
+        super().__init__(in_channels, out_channels, kernel_size, **kwargs)
+        v = self.weight.detach().clone()
+        del self.weight
+        self.weight_v = nn.Parameter(v)
+        self.weight_g = nn.Parameter(_direction_norm(v))
+
+    def forward(self, x: Tensor) -> Tensor:
+        w = self.weight_g * self.weight_v / _direction_norm(self.weight_v)
+        return self._conv_forward(x, w, self.bias)

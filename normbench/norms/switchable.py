@@ -1,0 +1,121 @@
+"""Switchable Normalization (Luo et al. 2018): a learned mix of IN, LN and BN statistics.
+
+    sn = norms.create("sn", 64, "image")
+    mean_w, var_w = sn.weights()              # softmax over (IN, LN, BN): each sums to 1
+
+mu = sum_k w_k mu_k and sigma^2 = sum_k w'_k sigma^2_k, with separate softmax weights for the means and the
+variances (eq. 3-4); LN and BN statistics are computed from IN's, as the paper's implementation does.
+BN's branch keeps running averages that eval uses. On flat and seq features IN has one value per channel,
+so the mix is over LN and BN only (padding-aware on seq, like bn).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from normbench.norms.common import batch_seq, check_batch_values, masked_moments, mean_var, scale_shift, update_running
+from normbench.norms.group import check_spatial
+from normbench.norms.registry import NormSpec, register
+
+
+class SwitchableNorm(nn.Module):
+    def __init__(self, num_features: int, layout: str, *, eps: float, momentum: float, affine: bool,
+                 masked: bool):
+        super().__init__()
+        self.layout, self.eps, self.momentum, self.masked = layout, eps, momentum, masked
+        self.branches = ("in", "ln", "bn") if layout == "image" else ("ln", "bn")
+        # Equal importance at the start: softmax of equal logits (the paper initializes them to 1).
+        self.mean_weight = nn.Parameter(torch.ones(len(self.branches)))
+        self.var_weight = nn.Parameter(torch.ones(len(self.branches)))
+        self.weight = nn.Parameter(torch.ones(num_features)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(num_features)) if affine else None
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+
+    def weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The importance of each branch (`self.branches`) for the mean and for the variance."""
+        return self.mean_weight.softmax(0), self.var_weight.softmax(0)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.layout == "image":
+            return self._image(x)
+        if self.layout == "seq":
+            return batch_seq(x, mask, self.masked, self._rows, self._weighted_rows, self.training)
+        return self._rows(x)
+
+    def _track(self, mean: torch.Tensor, var: torch.Tensor, n) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fold this batch's BN statistics into the running ones that eval uses; return them unchanged."""
+        update_running(self.running_mean, self.running_var, mean.flatten(), var.flatten(), n, self.momentum)
+        return mean, var
+
+    def _running(self, shape) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.running_mean.view(shape), self.running_var.view(shape)
+
+    def _normalize(self, x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, shape) -> torch.Tensor:
+        """(x - mean) / sqrt(var + eps) * gamma + beta as one fused x * a + b."""
+        a = torch.rsqrt(var + self.eps)
+        if self.weight is not None:
+            a = a * self.weight.view(shape)
+        b = -mean * a
+        if self.bias is not None:
+            b = b + self.bias.view(shape)
+        return scale_shift(x, a, b)
+
+    def _image(self, x: torch.Tensor) -> torch.Tensor:
+        check_spatial(x, "Switchable Norm")
+        mean_in, var_in = mean_var(x, (2, 3))  # (N, C, 1, 1)
+        # Pooled from IN's: the mean of the variances plus the variance of the means (no E[x^2] - E[x]^2
+        # cancellation), since every (sample, channel) has the same H x W count.
+        mean_ln = mean_in.mean(1, keepdim=True)
+        var_ln = var_in.mean(1, keepdim=True) + (mean_in - mean_ln).square().mean(1, keepdim=True)
+        if self.training:
+            check_batch_values(x, "Switchable Norm")
+            mean_bn = mean_in.mean(0, keepdim=True)
+            var_bn = var_in.mean(0, keepdim=True) + (mean_in - mean_bn).square().mean(0, keepdim=True)
+            self._track(mean_bn, var_bn, x.numel() // x.shape[1])
+        else:
+            mean_bn, var_bn = self._running((1, -1, 1, 1))
+        mw, vw = self.weights()
+        mean = mw[0] * mean_in + mw[1] * mean_ln + mw[2] * mean_bn
+        var = vw[0] * var_in + vw[1] * var_ln + vw[2] * var_bn
+        return self._normalize(x, mean, var, (1, -1, 1, 1))
+
+    def _mix_rows(self, x, mean_bn, var_bn) -> torch.Tensor:
+        mean_ln, var_ln = mean_var(x, 1)  # (M, 1)
+        mw, vw = self.weights()
+        mean = mw[0] * mean_ln + mw[1] * mean_bn
+        var = vw[0] * var_ln + vw[1] * var_bn
+        return self._normalize(x, mean, var, (1, -1))
+
+    def _rows(self, x: torch.Tensor) -> torch.Tensor:
+        """(M, C) rows: LN per row, BN over the rows."""
+        if self.training:
+            check_batch_values(x, "Switchable Norm")
+            mean_bn, var_bn = mean_var(x, 0)
+            self._track(mean_bn, var_bn, x.shape[0])
+        else:
+            mean_bn, var_bn = self._running((1, -1))
+        return self._mix_rows(x, mean_bn, var_bn)
+
+    def _weighted_rows(self, xf: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            mean, var, n = masked_moments(xf, w)
+            mean_bn, var_bn = self._track(mean.view(1, -1), var.view(1, -1), n)
+        else:
+            mean_bn, var_bn = self._running((1, -1))
+        return self._mix_rows(xf, mean_bn, var_bn) * w
+
+    def extra_repr(self) -> str:
+        return f"branches={self.branches}, eps={self.eps}, momentum={self.momentum}, masked={self.masked}"
+
+
+@register(NormSpec(
+    name="sn", full_name="Switchable Normalization",
+    stats_over="learned softmax mix of IN, LN and BN statistics (LN, BN on flat/seq)",
+    batch_dependent=True, params="scale, shift per channel; mix weights for means and variances",
+    paper="Luo et al. 2018, arXiv 1806.10779",
+))
+def build_sn(num_features: int, layout: str, *, eps: float = 1e-5, momentum: float = 0.1,
+             affine: bool = True, masked: bool = True) -> nn.Module:
+    return SwitchableNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, masked=masked)
