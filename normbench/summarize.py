@@ -80,13 +80,16 @@ def _fmt_value(v: Any) -> str:
 
 
 def label_runs(runs: list[Run]) -> dict[Path, str]:
-    """A norm label per run: the norm name plus the settings that vary within its (regime, data, model)."""
+    """A norm label per run: the norm name plus the settings that vary among the runs of that norm in its
+    (regime, data, model), e.g. `bn masked=false` next to `bn`; options that merely differ from norm to
+    norm (rms's eps) are not shown."""
     by_group: dict[tuple, list[Run]] = defaultdict(list)
     for r in runs:
         if r.config:
-            by_group[(r.regime, r.config.get("data.name"), r.config.get("model.name"))].append(r)
+            key = (r.regime, r.config.get("data.name"), r.config.get("model.name"), r.config.get("norm.name"))
+            by_group[key].append(r)
     labels = {}
-    for (regime, _, _), group in by_group.items():
+    for (regime, *_), group in by_group.items():
         keys = sorted({k for r in group for k in r.config})
         axis = {"batch_size"} if regime == SMALL else set()
         varying = [k for k in keys if k not in IGNORED | axis
