@@ -230,4 +230,20 @@ def test_bench_sweep_section(tmp_path):
     assert main(["--quick", "--sections", "sweep", "--out", str(tmp_path)]) == 0
     sweep = json.loads((tmp_path / "bench.json").read_text())["sweep"]
     assert sweep["jobs"] == 2 and sweep["speedup"] > 0
-    assert set(sweep["wall_s"]) == {"serial, threads=2", "serial, threads=1", "joblib n_jobs=2, threads=1"}
+    assert set(sweep["wall_s"]) == set(sweep["train_s"]) == {"serial, threads=2", "serial, threads=1", "joblib n_jobs=2, threads=1"}
+
+
+@requires_real_data
+def test_time_to_accuracy_script(capsys):
+    """Reference: the script's JSON contract; one MLP epoch on FashionMNIST clears a 50% target."""
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("tta", REPO / "scripts" / "time_to_accuracy.py")
+    tta = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tta)
+    assert tta.main(["--model", "mlp", "--epochs", "1", "--target", "0.5", "--device", "cpu", "--threads", "1"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["reached"] and result["at"]["epoch"] == 1 and result["at"]["test_acc"] >= 0.5
+    assert 0 < result["at"]["train_s"] <= result["at"]["wall_s"]

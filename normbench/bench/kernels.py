@@ -81,8 +81,9 @@ def run_norms(args, device: torch.device):
         bn = fwd_bwd(norms.create("bn", c, layout).to(device), x)
         for name in norms.names():
             spec = norms.get(name)
-            if name == "none" or layout not in spec.layouts:
-                continue
+            reparameterizes = spec.linear is not nn.Linear or spec.conv2d is not nn.Conv2d
+            if name == "none" or reparameterizes or layout not in spec.layouts:
+                continue  # the identity, or a norm timed as its layer below
             variants = {"native BN": bn, "native": fwd_bwd(norms.create(name, c, layout).to(device), x)}
             if "impl" in spec.options():
                 scratch = _try(lambda: norms.create(name, c, layout, impl="scratch").to(device))
