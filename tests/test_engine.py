@@ -247,3 +247,25 @@ def test_time_to_accuracy_script(capsys):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["reached"] and result["at"]["epoch"] == 1 and result["at"]["test_acc"] >= 0.5
     assert 0 < result["at"]["train_s"] <= result["at"]["wall_s"]
+
+
+def test_event_file_reads_back(tmp_path):
+    """Reference: TensorBoard's own reader (EventAccumulator) sees every scalar at its step, and the text."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from normbench.tracking import TensorBoardTracker
+
+    tb = TensorBoardTracker(tmp_path, {"model": {"name": "mlp"}, "batch_size": 2})
+    tb.start(10)
+    for step in (5, 10):
+        tb.step(step, {"loss/train": 1.0 / step, "lr": 0.1 * step})
+    tb.epoch(1, {"epoch": 1, "step": 10, "acc/val": 0.5})
+    tb.finish({"test_acc": 0.75, "val_acc": 0.5})
+    tb.close()
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    scalars = lambda tag: [(e.step, pytest.approx(e.value)) for e in acc.Scalars(tag)]  # noqa: E731
+    assert scalars("loss/train") == [(5, 0.2), (10, 0.1)] and scalars("lr") == [(5, 0.5), (10, 1.0)]
+    assert scalars("acc/val") == [(10, 0.5)] and scalars("epoch") == [(10, 1)]
+    assert scalars("final/test_acc") == [(10, 0.75)]
+    assert "config/text_summary" in acc.Tags()["tensors"]
