@@ -269,3 +269,18 @@ def test_event_file_reads_back(tmp_path):
     assert scalars("acc/val") == [(10, 0.5)] and scalars("epoch") == [(10, 1)]
     assert scalars("final/test_acc") == [(10, 0.75)]
     assert "config/text_summary" in acc.Tags()["tensors"]
+
+
+@pytest.mark.parametrize("shuffle,drop_last", [(True, True), (True, False), (False, True), (False, False)])
+def test_batches_match_indexing_by_permutation(shuffle, drop_last):
+    """Reference: x[perm[i:i + b]] over the same generator's permutation (the plain way to batch)."""
+    from normbench.data import batches
+
+    x, y = torch.randn(50, 1, 2, 2), torch.arange(50)
+    got = list(batches(x, y, 8, shuffle=shuffle, generator=torch.Generator().manual_seed(3), drop_last=drop_last))
+    perm = torch.randperm(50, generator=torch.Generator().manual_seed(3)) if shuffle else torch.arange(50)
+    stops = range(0, 48 if drop_last else 50, 8)
+    assert len(got) == len(stops)
+    for (bx, by, lengths), i in zip(got, stops):
+        idx = perm[i:i + 8]
+        assert torch.equal(bx, x[idx]) and torch.equal(by, y[idx]) and lengths is None

@@ -89,12 +89,13 @@ def batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, *, shuffle: bool 
     Training drops the last partial batch so BatchNorm never sees a batch of one sample.
     """
     n = len(x)
-    order = torch.randperm(n, generator=generator, device=generator.device if generator else "cpu") \
-        if shuffle else None
     stop = n - n % batch_size if drop_last else n
-    for i in range(0, stop, batch_size):
-        if order is None:
+    if not shuffle:
+        for i in range(0, stop, batch_size):
             yield x[i:i + batch_size], y[i:i + batch_size], None
-        else:
-            idx = order[i:i + batch_size].to(x.device)
-            yield x[idx], y[idx], None
+        return
+    order = torch.randperm(n, generator=generator, device=generator.device if generator else "cpu").to(x.device)
+    # All index chunks from one split call, and index_select rather than x[idx]: per-batch slicing, a
+    # device move and advanced indexing cost ~3% of a batch-2 MLP step (normbench bench).
+    for idx in order[:stop].split(batch_size):
+        yield x.index_select(0, idx), y.index_select(0, idx), None
