@@ -3,6 +3,7 @@
     normbench train [-m] [key=value ...]      # one run, or a sweep with -m (a Hydra app)
     normbench norms                           # the catalog
     normbench summarize PATH                  # a sweep -> tables, CSV, Markdown, plots
+    normbench bench [--quick]                 # how fast the runner is (normbench/bench/)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ commands:
   train [-m] [key=value ...]   train one model (or a sweep with -m); `normbench train --help` lists every key
   norms                        the normalization catalog: what each norm normalizes over, and its paper
   summarize PATH               turn a sweep's results.json files into tables, CSV, Markdown and plots
+  bench [--quick]              time the runner against a hand-written loop, norms, cells and sweeps
 
 examples:
   normbench train norm=ln model=rnn
@@ -174,17 +176,19 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "train":
         return _hydra_train(rest)
-    if command in ("summarize", "norms"):
+    if command in ("summarize", "norms", "bench"):
         if command == "summarize":
             from normbench.summarize import main as command_main
-        else:
+        elif command == "norms":
             from normbench.catalog import main as command_main
+        else:
+            from normbench.bench import main as command_main
 
         try:
             return command_main(rest)
         except UserError as e:
             return _fail(e, False)
-    print(f"normbench: error: unknown command {command!r}; choose train, norms or summarize "
+    print(f"normbench: error: unknown command {command!r}; choose train, norms, summarize or bench "
           "(see normbench --help)", file=sys.stderr)
     return 2
 

@@ -86,6 +86,9 @@ class Config:
     seed: int = 0  # everything random derives from it
     device: str = "auto"  # auto (cuda > mps > cpu) | cpu | cuda | mps
     threads: Optional[int] = None  # torch CPU threads for this run (null = torch's default)
+    amp: bool = False  # bf16 autocast in the training step (CUDA; works on CPU, rarely faster there)
+    compile: bool = False  # torch.compile the model (compiles for seconds to minutes; pays off on long runs)
+    cudnn_benchmark: bool = True  # CUDA only: let cuDNN time its conv algorithms once and keep the fastest
     eval_batch_size: int = 1000  # batch size for validation and test passes
     log_every: int = 50  # steps between progress/TensorBoard updates (the only host syncs in the loop)
     progress: bool = True  # rich progress bar and final table

@@ -1,0 +1,291 @@
+"""The training loop: schedule, optimizer, divergence, resume, AMP and compile, and the bench's output."""
+
+import json
+import math
+import time
+from dataclasses import replace
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import requires_real_data
+from normbench import models, norms
+from normbench.config import Config, ModelConfig, NormConfig
+from normbench.data import Splits
+from normbench.engine import fit, make_optimizer, make_schedule
+from normbench.tracking import NullTracker
+
+CPU = torch.device("cpu")
+
+
+def tiny_splits(n: int = 256, seed: int = 0) -> Splits:
+    """Random 1x28x28 images whose class is the brightest of 10 horizontal bands: learnable in a few steps."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 10, (n,), generator=g)
+    x = torch.randn(n, 1, 28, 28, generator=g)
+    for i, k in enumerate(y.tolist()):
+        x[i, 0, 2 * k + 4: 2 * k + 7] += 2.0
+    return Splits(x[:192], y[:192], x[192:224], y[192:224], x[224:], y[224:], num_classes=10, name="tiny")
+
+
+def tiny_cfg(**kw) -> Config:
+    base = Config(model=ModelConfig(name="mlp", hidden=32), norm=NormConfig(name="bn"), batch_size=16, epochs=2,
+                  log_every=5, progress=False, tensorboard=False, device="cpu")
+    return replace(base, **kw)
+
+
+def build(cfg: Config) -> nn.Module:
+    torch.manual_seed(cfg.seed)
+    return models.create(cfg.model, norms.factory(cfg.norm.name), (1, 28, 28), 10)
+
+
+class Recorder(NullTracker):
+    def __init__(self):
+        self.steps, self.epochs = [], []
+
+    def step(self, step, metrics):
+        self.steps.append((step, metrics))
+
+    def epoch(self, epoch, metrics):
+        self.epochs.append((epoch, metrics))
+
+
+@pytest.mark.parametrize("schedule,warmup", [("cosine", 0), ("cosine", 7), ("constant", 5)])
+def test_schedule_matches_lambdalr(schedule, warmup):
+    """Reference: torch's LambdaLR with the same warmup-then-cosine factor, stepped after each update."""
+    cfg = tiny_cfg(schedule=schedule, warmup_steps=warmup, lr=3e-3)
+    total = 40
+    lr_at = make_schedule(cfg, total)
+
+    def factor(step):
+        if step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant":
+            return 1.0
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=cfg.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    for step in range(total):
+        assert lr_at(step) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-12), step
+        opt.step()
+        sched.step()
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_fused_optimizer_matches_for_loop(optimizer):
+    """Reference: torch's single-tensor (for-loop) AdamW / SGD on the same gradients."""
+    # No BN: a bias before BN gets a ~0 gradient, whose Adam step (m / sqrt(v)) is rounding noise.
+    cfg = tiny_cfg(optimizer=optimizer, weight_decay=0.01, norm=NormConfig(name="none"))
+    a, b = build(cfg), build(cfg)
+    fast = make_optimizer(a, cfg)
+    assert fast.defaults.get("fused"), "the engine should pick the fused kernel on the CPU"
+    cls = torch.optim.AdamW if optimizer == "adam" else torch.optim.SGD
+    extra = {"momentum": cfg.momentum} if optimizer == "sgd" else {}
+    slow = cls(b.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=False, **extra)
+    x, y = tiny_splits().train_x[:16], tiny_splits().train_y[:16]
+    for _ in range(5):
+        for net, opt in ((a, fast), (b, slow)):
+            opt.zero_grad()
+            nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_logs_every_window_and_trains():
+    """Reference: the log schedule (every `log_every` steps and at the last step) and the loss falling."""
+    cfg = tiny_cfg(epochs=3, log_every=5)
+    rec = Recorder()
+    out = fit(build(cfg), tiny_splits(), cfg, rec, CPU)
+    total = 3 * (192 // 16)
+    assert out.status == "completed" and out.steps == total and out.epochs_done == 3
+    assert [s for s, _ in rec.steps] == list(range(5, total + 1, 5)) + ([total] if total % 5 else [])
+    lr_at = make_schedule(cfg, total)
+    for step, m in rec.steps:
+        assert m["lr"] == lr_at(step - 1)  # the rate the window's last update used
+        assert 0 <= m["acc/train"] <= 1 and m["throughput/samples_per_s"] > 0
+    assert rec.steps[-1][1]["loss/train"] < rec.steps[0][1]["loss/train"]
+    assert [e for e, _ in rec.epochs] == [1, 2, 3]
+    assert set(out.history[0]) == {"epoch", "step", "loss/val", "acc/val", "train_samples_per_s"}
+
+
+class NanAt(nn.Module):
+    """Wraps a model; its logits become NaN from training step `at` (1-based) on."""
+
+    def __init__(self, net: nn.Module, at: int):
+        super().__init__()
+        self.net, self.at, self.calls = net, at, 0
+
+    def forward(self, x, lengths=None):
+        out = self.net(x)
+        if self.training:
+            self.calls += 1
+            if self.calls >= self.at:
+                out = out * float("nan")
+        return out
+
+
+@pytest.mark.parametrize("at", [1, 7, 10, 13])
+def test_divergence_step_is_exact(at):
+    """Reference: the step whose loss first became NaN, inside a log window or on its edge."""
+    cfg = tiny_cfg(log_every=5)
+    out = fit(NanAt(build(cfg), at), tiny_splits(), cfg, NullTracker(), CPU)
+    assert out.status == "diverged" and out.diverged_step == at
+
+
+def test_resume_is_bit_identical(tmp_path):
+    """Reference: an unbroken 3-epoch run; a run stopped after epoch 1 and resumed must match it exactly."""
+    cfg = replace(tiny_cfg(epochs=3), model=ModelConfig(name="mlp", hidden=32, dropout=0.3))
+    splits = tiny_splits()
+    full = build(cfg)
+    ref = fit(full, splits, cfg, NullTracker(), CPU, checkpoint=tmp_path / "a.pt")
+
+    class StopAtEpoch2(NullTracker):
+        def epoch(self, epoch, metrics):
+            if epoch == 2:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(build(cfg), splits, cfg, StopAtEpoch2(), CPU, checkpoint=tmp_path / "b.pt")
+    torch.manual_seed(1234)  # the resumed process starts with other RNG state; the checkpoint restores it
+    resumed_model = build(cfg)
+    resumed = fit(resumed_model, splits, cfg, NullTracker(), CPU, checkpoint=tmp_path / "b.pt", resume=True)
+    for (name, p), q in zip(full.state_dict().items(), resumed_model.state_dict().values()):
+        assert torch.equal(p, q), name
+    strip = lambda h: [{k: v for k, v in e.items() if k != "train_samples_per_s"} for e in h]  # noqa: E731
+    assert strip(resumed.history) == strip(ref.history) and resumed.steps == ref.steps
+
+
+def test_amp_bf16_on_cpu():
+    """Reference: the fp32 run; with amp the linear layers compute in bf16 and training still converges."""
+    cfg = tiny_cfg(epochs=3, amp=True)
+    net = build(cfg)
+    dtypes = set()
+    net.net[1].register_forward_hook(lambda m, i, o: dtypes.add(o.dtype))
+    out = fit(net, tiny_splits(), cfg, NullTracker(), CPU)
+    ref = fit(build(cfg), tiny_splits(), replace(cfg, amp=False), NullTracker(), CPU)
+    assert torch.bfloat16 in dtypes and out.status == "completed"
+    assert out.history[-1]["acc/val"] >= ref.history[-1]["acc/val"] - 0.15
+    assert all(p.dtype == torch.float32 for p in net.parameters())  # master weights stay fp32
+
+
+def test_compile_on_cpu():
+    """Reference: the eager model; torch.compile'd training runs and its first step's logits match eager."""
+    cfg = tiny_cfg(epochs=1, compile=True, model=ModelConfig(name="mlp", hidden=16))
+    net = build(cfg)
+    x = tiny_splits().train_x[:16]
+    eager = net(x)
+    started = time.perf_counter()
+    compiled = torch.compile(net)(x)
+    torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
+    out = fit(net, tiny_splits(), cfg, NullTracker(), CPU)
+    assert out.status == "completed" and math.isfinite(out.history[-1]["loss/val"])
+    assert time.perf_counter() - started < 120, "compiling a 2-layer MLP should not take minutes"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_amp_compile_cudnn_benchmark():
+    """Reference: the same run on the CPU; on CUDA with every option on it trains to similar accuracy."""
+    cfg = tiny_cfg(epochs=3, amp=True, compile=True, model=ModelConfig(name="cnn", channels=[8, 16], hidden=32))
+    splits = tiny_splits()
+    gpu = Splits(*(t.cuda() for t in (splits.train_x, splits.train_y, splits.val_x, splits.val_y,
+                                      splits.test_x, splits.test_y)), num_classes=10, name="tiny")
+    out = fit(build(cfg).cuda(), gpu, cfg, NullTracker(), torch.device("cuda"))
+    ref = fit(build(cfg), splits, replace(cfg, amp=False, compile=False), NullTracker(), CPU)
+    assert torch.backends.cudnn.benchmark and out.status == "completed"
+    assert out.history[-1]["acc/val"] >= ref.history[-1]["acc/val"] - 0.15
+
+
+@requires_real_data
+def test_bench_quick_writes_json_and_markdown(tmp_path):
+    """Reference: the output contract of `normbench bench` (sections, rows, ratios), not its timings."""
+    from normbench.bench import main
+
+    assert main(["--quick", "--sections", "loop,norms,cells", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert {"command", "device", "threads", "versions", "loop", "norms", "cells"} <= set(report)
+    assert {(r["model"], r["batch_size"]) for r in report["loop"]} == {
+        (m, b) for m in ("mlp", "cnn", "rnn") for b in (2, 64, 256)}
+    for row in report["loop"]:
+        for key in ("ratio", "ratio_trackers", "ratio_cpu", "ratio_vs_default_adam"):
+            assert row[key]["min"] <= row[key]["median"] <= row[key]["max"] and row[key]["median"] > 0
+    covered = {(r["norm"], r["layout"]) for r in report["norms"]}
+    from normbench.bench.kernels import LAYERS
+
+    for name in norms.names():
+        for layout in norms.get(name).layouts:
+            if norms.get(name).reparameterizes:  # timed as the layer it reparameterizes (Linear, Conv2d)
+                assert layout not in LAYERS or (f"{name} (layer)", layout) in covered
+            else:
+                assert name == "none" or (name, layout) in covered
+    assert report["cells"]["rows"] or report["cells"]["notes"]
+    md = (tmp_path / "bench.md").read_text()
+    for title in ("Runner vs hand-written loop", "Norms: forward + backward", "Recurrent placement"):
+        assert title in md
+
+
+@requires_real_data
+@pytest.mark.slow
+def test_bench_sweep_section(tmp_path):
+    """Reference: the sweep section's contract: each variant ran every job and a speed-up is reported."""
+    from normbench.bench import main
+
+    assert main(["--quick", "--sections", "sweep", "--out", str(tmp_path)]) == 0
+    sweep = json.loads((tmp_path / "bench.json").read_text())["sweep"]
+    assert sweep["jobs"] == 2 and sweep["speedup"] > 0
+    assert set(sweep["wall_s"]) == set(sweep["train_s"]) == {"serial, threads=2", "serial, threads=1", "joblib n_jobs=2, threads=1"}
+
+
+@requires_real_data
+def test_time_to_accuracy_script(capsys):
+    """Reference: the script's JSON contract; one MLP epoch on FashionMNIST clears a 50% target."""
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("tta", REPO / "scripts" / "time_to_accuracy.py")
+    tta = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tta)
+    assert tta.main(["--model", "mlp", "--epochs", "1", "--target", "0.5", "--device", "cpu", "--threads", "1"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["reached"] and result["at"]["epoch"] == 1 and result["at"]["test_acc"] >= 0.5
+    assert 0 < result["at"]["train_s"] <= result["at"]["wall_s"]
+
+
+def test_event_file_reads_back(tmp_path):
+    """Reference: TensorBoard's own reader (EventAccumulator) sees every scalar at its step, and the text."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from normbench.tracking import TensorBoardTracker
+
+    tb = TensorBoardTracker(tmp_path, {"model": {"name": "mlp"}, "batch_size": 2})
+    tb.start(10)
+    for step in (5, 10):
+        tb.step(step, {"loss/train": 1.0 / step, "lr": 0.1 * step})
+    tb.epoch(1, {"epoch": 1, "step": 10, "acc/val": 0.5})
+    tb.finish({"test_acc": 0.75, "val_acc": 0.5})
+    tb.close()
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    scalars = lambda tag: [(e.step, pytest.approx(e.value)) for e in acc.Scalars(tag)]  # noqa: E731
+    assert scalars("loss/train") == [(5, 0.2), (10, 0.1)] and scalars("lr") == [(5, 0.5), (10, 1.0)]
+    assert scalars("acc/val") == [(10, 0.5)] and scalars("epoch") == [(10, 1)]
+    assert scalars("final/test_acc") == [(10, 0.75)]
+    assert "config/text_summary" in acc.Tags()["tensors"]
+
+
+@pytest.mark.parametrize("shuffle,drop_last", [(True, True), (True, False), (False, True), (False, False)])
+def test_batches_match_indexing_by_permutation(shuffle, drop_last):
+    """Reference: x[perm[i:i + b]] over the same generator's permutation (the plain way to batch)."""
+    from normbench.data import batches
+
+    x, y = torch.randn(50, 1, 2, 2), torch.arange(50)
+    got = list(batches(x, y, 8, shuffle=shuffle, generator=torch.Generator().manual_seed(3), drop_last=drop_last))
+    perm = torch.randperm(50, generator=torch.Generator().manual_seed(3)) if shuffle else torch.arange(50)
+    stops = range(0, 48 if drop_last else 50, 8)
+    assert len(got) == len(stops)
+    for (bx, by, lengths), i in zip(got, stops):
+        idx = perm[i:i + 8]
+        assert torch.equal(bx, x[idx]) and torch.equal(by, y[idx]) and lengths is None
