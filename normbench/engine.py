@@ -203,6 +203,9 @@ def accelerate(model: nn.Module, cfg: Config, device: torch.device):
     if device.type == "cuda":
         # Fixed input shapes, so cuDNN's one-time algorithm search pays off from the first epoch.
         torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
+        if cfg.amp and not torch.cuda.is_bf16_supported():
+            raise UserError(f"amp=true computes in bf16, which {torch.cuda.get_device_name()} does not support",
+                            "set amp=false")
     forward = torch.compile(model) if cfg.compile else model
     # bf16 keeps fp32's exponent range, so no loss scaling is needed (unlike fp16).
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if cfg.amp else contextlib.nullcontext()

@@ -111,7 +111,8 @@ def run_norms(args, device: torch.device):
             "Times are per call; ratios are time / time of the reference (lower is faster). "
             "`× BN`: against native BatchNorm on the same shape (for a reparameterized layer: against the "
             "plain nn.Linear / nn.Conv2d); `scratch × native`: the from-scratch twin against its PyTorch "
-            "kernel; `masked`: statistics over real tokens only (~25% padding).\n\n")
+            "kernel; `masked`: statistics over real tokens only (~25% padding). The `bn` rows time two "
+            "instances of the same layer: the noise floor.\n\n")
     header = ["norm", "layout", "shape", "native µs", "× BN", "scratch µs", "scratch × native", "scratch × BN",
               "masked × BN"]
     if args.compile:
