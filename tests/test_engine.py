@@ -19,6 +19,12 @@ from normbench.tracking import NullTracker
 CPU = torch.device("cpu")
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """After conftest's 2 threads: on 2 cores busy with other jobs, 2 threads made these runs ~10x slower."""
+    torch.set_num_threads(1)
+
+
 def tiny_splits(n: int = 256, seed: int = 0) -> Splits:
     """Random 1x28x28 images whose class is the brightest of 10 horizontal bands: learnable in a few steps."""
     g = torch.Generator().manual_seed(seed)
@@ -235,7 +241,8 @@ def test_bench_sweep_section(tmp_path):
     assert main(["--quick", "--sections", "sweep", "--out", str(tmp_path)]) == 0
     sweep = json.loads((tmp_path / "bench.json").read_text())["sweep"]
     assert sweep["jobs"] == 2 and sweep["speedup"] > 0
-    assert set(sweep["wall_s"]) == set(sweep["train_s"]) == {"serial, threads=2", "serial, threads=1", "joblib n_jobs=2, threads=1"}
+    variants = {"serial, threads=2", "serial, threads=1", "joblib n_jobs=2, threads=1"}
+    assert set(sweep["wall_s"]) == set(sweep["train_s"]) == variants
 
 
 @requires_real_data
@@ -248,7 +255,8 @@ def test_time_to_accuracy_script(capsys):
     spec = importlib.util.spec_from_file_location("tta", REPO / "scripts" / "time_to_accuracy.py")
     tta = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tta)
-    assert tta.main(["--model", "mlp", "--epochs", "1", "--target", "0.5", "--device", "cpu", "--threads", "1"]) == 0
+    args = ["--model", "mlp", "--epochs", "1", "--target", "0.5", "--device", "cpu", "--threads", "1"]
+    assert tta.main(args) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["reached"] and result["at"]["epoch"] == 1 and result["at"]["test_acc"] >= 0.5
     assert 0 < result["at"]["train_s"] <= result["at"]["wall_s"]

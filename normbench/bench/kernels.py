@@ -111,7 +111,8 @@ def run_norms(args, device: torch.device):
                 if not spec.reparameterizes:
                     continue  # an activation norm: its layer is the plain one
                 plain = LAYERS[layout](norms.factory("none")).to(device)
-                variants = {"plain layer": fwd_bwd(plain, x), "native": fwd_bwd(LAYERS[layout](norms.factory(name)).to(device), x)}
+                layer = LAYERS[layout](norms.factory(name)).to(device)
+                variants = {"plain layer": fwd_bwd(plain, x), "native": fwd_bwd(layer, x)}
                 if "impl" in spec.options():
                     scratch = _try(lambda: LAYERS[layout](norms.factory(name, impl="scratch")).to(device))
                     if scratch is not None:

@@ -72,9 +72,11 @@ def run(args, device):
     table = []
     for k, r in runs.items():
         if r["wall_s"] is None:
-            table.append([k, "-", f"stopped at {r['stopped_after_s']:.0f}", "-", f"< {walls[best_serial] / r['stopped_after_s']:.2f}"])
+            stopped = r["stopped_after_s"]
+            table.append([k, "-", f"stopped at {stopped:.0f}", "-", f"< {walls[best_serial] / stopped:.2f}"])
         else:
-            table.append([k, r["jobs"], f"{r['wall_s']:.1f}", f"{r['train_s']:.1f}", f"{walls[best_serial] / r['wall_s']:.2f}"])
+            speedup_k = walls[best_serial] / r["wall_s"]
+            table.append([k, r["jobs"], f"{r['wall_s']:.1f}", f"{r['train_s']:.1f}", f"{speedup_k:.2f}"])
     text = ("### Sweep: serial vs Hydra's joblib launcher\n\n"
             f"`normbench train -m norm={NORMS if not args.quick else 'bn,none'} model=mlp ...` "
             "(the full command is in bench.json), timed from start to exit. Training s: the jobs' own "
