@@ -73,7 +73,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="normbench bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smallest sizes, one round: a smoke test")
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
-    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds per comparison (default 7, quick 1)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds per comparison (default 9, quick 1)")
     p.add_argument("--seconds", type=float, default=None,
                    help="target seconds per timed call (default 0.15, quick 0.01)")
     p.add_argument("--compile", action="store_true",
@@ -88,7 +88,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     unknown = set(args.sections) - set(SECTIONS)
     if unknown:
         p.error(f"unknown section(s) {', '.join(sorted(unknown))}; choose from {', '.join(SECTIONS)}")
-    args.rounds = args.rounds or (1 if args.quick else 7)
+    args.rounds = args.rounds or (1 if args.quick else 9)
     args.seconds = args.seconds or (0.01 if args.quick else 0.15)
     return args
 
