@@ -158,14 +158,16 @@ class SteppedRecurrent(nn.Module):
         n, steps, _ = seq.shape
         if mask is not None:  # no step past the longest sequence: it would have no real sample for statistics
             steps = max(1, int(mask.sum(1).max()))
-        xs = self.ih(seq[:, :steps])  # every step's W_x x at once
+        # Every step's W_x x at once, split by unbind: its backward stacks the steps' gradients once,
+        # where indexing xs[:, t] zero-filled a whole (N, T, gates) gradient per step (45% of LN-LSTM's time).
+        xs = self.ih(seq[:, :steps]).unbind(1)
         h = seq.new_zeros(n, self.hidden)
         c = seq.new_zeros(n, self.hidden)
         outs = []
         with parametrize.cached():  # WeightNorm's w = g v / ||v||, once per sequence, not per step
             for t in range(steps):
                 m = None if mask is None else mask[:, t:t + 1]
-                h, c = self._step(xs[:, t], h, c, m, t)
+                h, c = self._step(xs[t], h, c, m, t)
                 outs.append(h)
         out = torch.stack(outs, 1)
         if steps < seq.shape[1]:
