@@ -14,7 +14,6 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -22,6 +21,7 @@ from normbench import norms
 from normbench.config import Config
 from normbench.errors import UserError
 from normbench.results import RESULTS
+from normbench.tracking import flatten
 
 CHECKPOINT = "checkpoint.pt"
 UNFINISHED = ("unfinished: the process stopped before writing its result (killed, or still running); "
@@ -58,16 +58,9 @@ def check_batch_statistics(cfg: Config, values_per_channel: int | None, layouts:
                     f"use batch_size=2 or more, or a batch-independent norm: {', '.join(free)}")
 
 
-def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
-
-
 def config_differences(old: dict, new: dict) -> list[str]:
     """The keys (dotted) whose values differ, ignoring those that do not change the computation."""
-    a, b = _flat(old), _flat(new)
+    a, b = flatten(old), flatten(new)
     return sorted(k for k in a.keys() | b.keys() if k not in RUNTIME_KEYS and a.get(k) != b.get(k))
 
 
