@@ -19,7 +19,7 @@ from normbench.config import Config, NormConfig
 from normbench.engine import evaluate, fit, pick_device
 from normbench.errors import UserError
 from normbench.results import git_sha, versions, write_results
-from normbench.tracking import NullTracker, RichTracker, TensorBoardTracker, Trackers
+from normbench.tracking import RichTracker, TensorBoardTracker, Trackers
 
 CHECKPOINT = guards.CHECKPOINT
 # The HParams tab shows these as discrete choices, so a sweep's runs can be filtered by them.

@@ -1,12 +1,11 @@
 """FashionMNIST loading: the IDX format, the search order of DESIGN.md, and clear errors."""
 
-import gzip
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import REAL_FMNIST, requires_real_data, tiny_images, write_idx, write_tiny_fashion_mnist
+from conftest import requires_real_data, tiny_images, write_idx, write_tiny_fashion_mnist
 from normbench import data
 from normbench.config import DataConfig
 from normbench.data import fashion_mnist

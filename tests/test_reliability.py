@@ -17,8 +17,7 @@ from torch import nn
 
 from conftest import REPO, normbench_cli, write_tiny_fashion_mnist
 from normbench import engine, guards, results, runner
-from normbench.config import Config, ModelConfig, NormConfig
-from normbench.data import fashion_mnist
+from normbench.config import ModelConfig, NormConfig
 from normbench.errors import UserError
 from normbench.tracking import NullTracker
 
