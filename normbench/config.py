@@ -1,26 +1,104 @@
 """The typed config schema: every key `normbench train` accepts, with its meaning and default.
 
-Registered in Hydra's ConfigStore by `normbench.cli`, so a misspelled key or a wrong type fails at
-composition, before any work. The rest of the package reads these dataclasses, never Hydra.
+Registered in Hydra's ConfigStore by `normbench.cli`, so a misspelled key, a wrong type or an unknown
+choice (optimizer=adm) fails at composition, before any work. The rest of the package reads these
+dataclasses, never Hydra; they hold plain Python values, so a library user builds them directly:
 
     cfg = Config(model=ModelConfig(name="cnn"), norm=NormConfig(name="gn", groups=8))
+    cfg.model.dropout                      # 0.25: each model's defaults live in MODEL_DEFAULTS, once
+
+Keys marked `runtime` (the device, threads, the display, ...) do not change what is trained: resume
+accepts a different value, and summaries, sweep directory names and TensorBoard's HParams leave them out.
+`runtime_keys()` lists them, `to_dict(cfg)` is the config as results.json records it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from dataclasses import dataclass, field
-from typing import List, Optional
+from enum import Enum
+from typing import Any, List, Optional
+
+from normbench.errors import UserError
+
+
+class Choice(str, Enum):
+    """A key with a fixed set of values: Hydra refuses others at composition. Members are their own
+    lowercase names, compare equal to plain strings and print as them."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class Optimizer(Choice):
+    adam = "adam"  # AdamW
+    sgd = "sgd"
+
+
+class Schedule(Choice):
+    cosine = "cosine"
+    constant = "constant"
+
+
+class LrScaling(Choice):
+    none = "none"
+    linear = "linear"
+    sqrt = "sqrt"
+
+
+class Cell(Choice):
+    rnn = "rnn"  # tanh
+    lstm = "lstm"
+    gru = "gru"
+
+
+class Placement(Choice):
+    output = "output"  # the norm after each RNN layer
+    recurrent = "recurrent"  # the norm inside the cell, at every time step
+
+
+def runtime(default: Any, **kw) -> Any:
+    """A field that does not change what a run computes (see the module docstring)."""
+    return field(default=default, metadata={"runtime": True}, **kw)
+
+
+# Each model's defaults, the only place they are written: `ModelConfig(name=...)`, `model=...` on the
+# command line, the bench, the scripts and summarize all read them from here.
+MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
+    # Flatten -> depth x [linear -> norm -> ReLU] -> linear.
+    "mlp": {"hidden": 256, "depth": 2, "dropout": 0.0},
+    # Per stage: conv3x3 -> norm -> ReLU -> max-pool; then linear(hidden) -> ReLU -> dropout -> linear.
+    "cnn": {"channels": [32, 64], "hidden": 256, "dropout": 0.25},
+    # Image rows as time steps; the norm on each layer's outputs; classify from the last real step.
+    # 256 units: 0.860 test accuracy with LN where 128 reached 0.848 (docs/performance.md).
+    "rnn": {"hidden": 256, "depth": 1, "cell": "rnn", "placement": "output", "dropout": 0.0},
+}
+_MODEL_FALLBACK: dict[str, Any] = {"hidden": 256, "depth": 2, "channels": [32, 64], "cell": "rnn",
+                                   "placement": "output", "dropout": 0.0}
 
 
 @dataclass
 class ModelConfig:
+    # Options left at null take the model's default from MODEL_DEFAULTS.
     name: str = "mlp"  # mlp | cnn | rnn
-    hidden: int = 256  # MLP width, RNN hidden size, CNN classifier width
-    depth: int = 2  # MLP hidden layers; RNN stacked layers
-    channels: List[int] = field(default_factory=lambda: [32, 64])  # CNN channels, one conv stage each
-    cell: str = "rnn"  # RNN cell: rnn (tanh) | lstm | gru
-    placement: str = "output"  # RNN norm placement: output (after each layer) | recurrent (inside the cell)
-    dropout: float = 0.0  # dropout before the classifier
+    hidden: Optional[int] = None  # MLP width, RNN hidden size, CNN classifier width
+    depth: Optional[int] = None  # MLP hidden layers; RNN stacked layers
+    channels: Optional[List[int]] = None  # CNN channels, one conv stage each
+    cell: Optional[Cell] = None  # RNN cell: rnn (tanh) | lstm | gru
+    placement: Optional[Placement] = None  # RNN: output (after each layer) | recurrent (inside the cell)
+    dropout: Optional[float] = None  # dropout before the classifier
+
+    def __post_init__(self) -> None:
+        defaults = {**_MODEL_FALLBACK, **MODEL_DEFAULTS.get(self.name, {})}
+        for key, value in defaults.items():
+            if getattr(self, key) is None:
+                setattr(self, key, list(value) if isinstance(value, list) else value)
+        self.cell, self.placement = _choice(Cell, self.cell, "model.cell"), \
+            _choice(Placement, self.placement, "model.placement")
 
 
 @dataclass
@@ -38,25 +116,30 @@ class NormConfig:
     renorm_warmup: Optional[int] = None  # brn: steps of plain BN before r_max, d_max relax
     renorm_ramp: Optional[int] = None  # brn: steps over which r_max, d_max relax linearly to their final values
     learn_eps: Optional[bool] = None  # frn: learn eps (null = on for flat/seq, where each channel holds one value)
-    track_stats: bool = False  # log each norm layer's input mean/std and scale/shift to TensorBoard
-    track_every: int = 100  # ... every this many steps
+    track_stats: bool = runtime(False)  # log each norm layer's input mean/std and scale/shift to TensorBoard
+    track_every: int = runtime(100)  # ... every this many steps
 
 
 @dataclass
 class DataConfig:
     name: str = "fashion_mnist"  # fashion_mnist | cifar10
-    root: str = "${oc.env:NORMBENCH_DATA,./data}"  # where datasets live
+    root: Optional[str] = runtime(None)  # where datasets live (null: $NORMBENCH_DATA, else ./data)
     val_size: int = 5000  # training samples held out for validation
     subset: Optional[int] = None  # train on only this many samples (smoke runs)
-    download: bool = True  # let torchvision download when the files are nowhere on disk
+    download: bool = runtime(True)  # let torchvision download when the files are nowhere on disk
     augment: bool = False  # augment training batches on the device (validation and test never are)
     crop_padding: int = 4  # ... random crop of each image zero-padded by this many pixels (0 = no crop)
     hflip: bool = True  # ... mirror half the images left-right
 
 
+def data_root(cfg: DataConfig) -> str:
+    """`data.root`, else $NORMBENCH_DATA, else ./data."""
+    return cfg.root or os.environ.get("NORMBENCH_DATA") or "./data"
+
+
 @dataclass
 class VarLenConfig:
-    # The variable-length regime (DESIGN.md): rows as time steps, each sample resized to its own length.
+    # The variable-length regime (docs/regimes.md): rows as time steps, each sample resized to its own length.
     enabled: bool = False  # train on samples resized along their height to random lengths (RNN only)
     min_len: int = 10  # shortest training length, in rows
     max_len: int = 28  # longest training length, in rows
@@ -75,24 +158,61 @@ class Config:
     batch_size: int = 64  # training batch size
     epochs: int = 5  # passes over the training set
     max_steps: Optional[int] = None  # stop after this many optimizer steps (smoke runs, benchmarks)
-    optimizer: str = "adam"  # adam | sgd
+    optimizer: Optimizer = Optimizer.adam  # adam (AdamW) | sgd
     lr: float = 1e-3  # peak learning rate (at lr_ref_batch when lr_scaling is not none)
-    lr_scaling: str = "none"  # none | linear | sqrt: lr x (batch_size / lr_ref_batch), or its square root
+    lr_scaling: LrScaling = LrScaling.none  # none | linear | sqrt: lr x (batch_size / lr_ref_batch), or its sqrt
     lr_ref_batch: int = 64  # the batch size at which `lr` applies unscaled
     momentum: float = 0.9  # SGD momentum
     weight_decay: float = 0.0  # L2 penalty (decoupled for adam: AdamW)
-    schedule: str = "cosine"  # cosine (to 0 over the run, after warmup) | constant
+    schedule: Schedule = Schedule.cosine  # cosine (to 0 over the run, after warmup) | constant
     warmup_steps: int = 0  # linear warmup from 0 to lr
     seed: int = 0  # everything random derives from it
-    device: str = "auto"  # auto (cuda > mps > cpu) | cpu | cuda | mps
-    threads: Optional[int] = None  # torch CPU threads for this run (null = torch's default)
+    device: str = runtime("auto")  # auto (cuda > mps > cpu) | cpu | cuda | mps
+    threads: Optional[int] = runtime(None)  # torch CPU threads for this run (null = torch's default)
     amp: bool = False  # bf16 autocast in the training step (CUDA; works on CPU, rarely faster there)
-    compile: bool = False  # torch.compile the model (compiles for seconds to minutes; pays off on long runs)
-    cudnn_benchmark: bool = True  # CUDA only: let cuDNN time its conv algorithms once and keep the fastest
-    eval_batch_size: int = 1000  # batch size for validation and test passes
-    log_every: int = 50  # steps between progress/TensorBoard updates (the only host syncs in the loop)
-    progress: bool = True  # rich progress bar and final table
-    tensorboard: bool = True  # write TensorBoard event files into the run directory
-    resume: bool = False  # continue from checkpoint.pt in the run directory (set hydra.run.dir to it)
-    debug: bool = False  # show full tracebacks for user errors (or set NORMBENCH_DEBUG=1)
+    compile: bool = runtime(False)  # torch.compile the model (compiles for seconds to minutes; pays off on long runs)
+    cudnn_benchmark: bool = runtime(True)  # CUDA only: let cuDNN time its conv algorithms once and keep the fastest
+    eval_batch_size: int = runtime(1000)  # batch size for validation and test passes
+    log_every: int = runtime(50)  # steps between progress/TensorBoard updates (the only host syncs in the loop)
+    progress: bool = runtime(True)  # rich progress bar and final table
+    tensorboard: bool = runtime(True)  # write TensorBoard event files into the run directory
+    resume: bool = runtime(False)  # continue from checkpoint.pt in the run directory (set hydra.run.dir to it)
+    debug: bool = runtime(False)  # show full tracebacks for user errors (or set NORMBENCH_DEBUG=1)
 
+    def __post_init__(self) -> None:
+        for key, kind in (("optimizer", Optimizer), ("schedule", Schedule), ("lr_scaling", LrScaling)):
+            setattr(self, key, _choice(kind, getattr(self, key), key))
+
+
+def _choice(kind: type[Choice], value: Any, key: str) -> Choice:
+    """`value` as a member of `kind` (library users pass plain strings); a UserError if it is none."""
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(m.value for m in kind)
+        raise UserError(f"unknown {key} {value!r}", f"use one of: {choices}") from None
+
+
+def runtime_keys(schema: type = Config, prefix: str = "") -> frozenset[str]:
+    """The dotted keys marked `runtime` in the schema: {"device", "threads", "data.root", ...}."""
+    keys: set[str] = set()
+    for f in dataclasses.fields(schema):
+        if dataclasses.is_dataclass(f.default_factory if f.default_factory is not dataclasses.MISSING else None):
+            keys |= runtime_keys(f.default_factory, f"{prefix}{f.name}.")
+        elif f.metadata.get("runtime"):
+            keys.add(f"{prefix}{f.name}")
+    return frozenset(keys)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A config dataclass as plain JSON/YAML values (choices as their strings), as results.json holds it."""
+    def plain(v: Any) -> Any:
+        if isinstance(v, Enum):
+            return v.value
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        return v
+
+    return plain(dataclasses.asdict(cfg))

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from normbench import norms
-from normbench.config import Config
+from normbench.config import Config, runtime_keys
 from normbench.errors import UserError
 from normbench.results import RESULTS
 from normbench.tracking import flatten
@@ -27,8 +27,7 @@ CHECKPOINT = "checkpoint.pt"
 UNFINISHED = ("unfinished: the process stopped before writing its result (killed, or still running); "
               "rerun the same command with resume=true to continue from checkpoint.pt")
 # Keys that do not change what a run computes: resuming with a different value is allowed.
-RUNTIME_KEYS = {"resume", "debug", "progress", "tensorboard", "threads", "device", "log_every",
-                "eval_batch_size", "data.root", "data.download", "norm.track_stats", "norm.track_every"}
+RUNTIME_KEYS = runtime_keys()
 
 
 def check_writable(run_dir: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from normbench import data, guards, models, norms, probe, regimes
-from normbench.config import Config, NormConfig
+from normbench.config import Config, NormConfig, to_dict
 from normbench.engine import evaluate, fit, pick_device
 from normbench.errors import UserError
 from normbench.results import git_sha, versions, write_results
@@ -69,7 +69,7 @@ def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list
     domains, e.g. {"batch_size": [2, 8, 32]} from the sweep this run belongs to."""
     started = time.perf_counter()
     run_dir = Path(run_dir)
-    config_dict = asdict(cfg)
+    config_dict = to_dict(cfg)
     guards.check_writable(run_dir)
     if cfg.resume and (finished := guards.resume_state(run_dir, config_dict)) is not None:
         return finished

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 import torch
 
-from normbench.config import DataConfig
+from normbench.config import DataConfig, data_root
 from normbench.errors import UserError
 
 
@@ -55,6 +55,7 @@ def load(cfg: DataConfig, device: torch.device, seed: int = 0) -> Splits:
     """
     if cfg.name not in _REGISTRY:
         raise UserError(f"unknown dataset {cfg.name!r}", f"choose one of: {', '.join(names())}")
+    cfg = replace(cfg, root=data_root(cfg))  # the loaders see a real path, never null
     train_x, train_y, test_x, test_y = _REGISTRY[cfg.name](cfg)
     n = len(train_x)
     if not 0 <= cfg.val_size < n:
