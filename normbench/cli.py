@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -59,6 +60,35 @@ class JobFailed(Exception):
         self.message, self.code = message, code
 
 
+class _LogFormat(logging.Formatter):
+    """What the package logs (normbench.guards: a resumed run that had already finished, ...), said as
+    the CLI says everything: `normbench: ...` on stderr."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = "" if record.levelno < logging.WARNING else f"{record.levelname.lower()}: "
+        return f"normbench: {level}{record.getMessage()}"
+
+
+def _show_logs() -> None:
+    logger = logging.getLogger("normbench")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_LogFormat())
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False  # Hydra's job logging would print it a second time
+
+
+def _register_resolvers() -> None:
+    """`${nb.pid:}` in the run directory's name: runs started in the same second on one machine (a
+    script's `cmd & cmd &`) get their own directories."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("nb.pid"):
+        # Cached, and Hydra copies the cache into every job of a sweep: the parent's pid, resolved once.
+        OmegaConf.register_new_resolver("nb.pid", os.getpid, use_cache=True)
+
+
 def _on_sigterm(signum, frame):
     raise Terminated("SIGTERM")
 
@@ -105,6 +135,7 @@ def _hydra_train(argv: list[str]) -> int:
     from normbench.config import Config
 
     ConfigStore.instance().store(name="base_config", node=Config)
+    _register_resolvers()
     overrides = [a for a in argv if "=" in a and not a.startswith("-")]
     debug = _debug(overrides)
     # What the task saw, for the handlers below: did it start (else an error is Hydra's), how to resume.
@@ -170,6 +201,7 @@ def _hydra_train(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _show_logs()
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE, end="")
         return 0

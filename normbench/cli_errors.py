@@ -12,6 +12,7 @@ inside functions only, so nothing but the CLI ever loads Hydra.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import difflib
 import json
 import typing
@@ -95,14 +96,26 @@ def _type_words(hint) -> str:
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(hint, str(hint))
 
 
+def _choices(hint) -> list[str]:
+    """The values of an enum-typed key (also inside Optional), else []."""
+    for t in (hint, *typing.get_args(hint)):
+        if isinstance(t, type) and issubclass(t, enum.Enum):
+            return [m.value for m in t]
+    return []
+
+
 def wrong_type(key: str, value) -> UserError:
     parent, _, leaf = key.rpartition(".")
     node = _schema_at(parent)
     if node is None or leaf not in _keys(node):
         return UserError(f"{key}={value} has the wrong type", "see `normbench train --help` for each key's type")
+    hint = typing.get_type_hints(node)[leaf]
+    choices = _choices(hint)
+    if choices:  # the schema's enums (config.Choice): say the values, not the type
+        return UserError(f"unknown {key} {str(value)!r}", f"use one of: {', '.join(choices)}")
     field = next(f for f in dataclasses.fields(node) if f.name == leaf)
     default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
-    what = f"{key}={value}: {key} takes {_type_words(typing.get_type_hints(node)[leaf])}"
+    what = f"{key}={value}: {key} takes {_type_words(hint)}"
     if default is None:
         return UserError(what, "its default is null (leave it out to keep it)")
     return UserError(what, f"for example {key}={json.dumps(default, separators=(',', ':'))} (its default)")

@@ -1,6 +1,7 @@
 """The training loop: `fit` trains a model on tensors and returns its history; `evaluate` scores it.
 
-    history = fit(model, splits, cfg, tracker, device, checkpoint=run_dir / "checkpoint.pt")
+    result = fit(model, splits, cfg, tracker, device, checkpoint=run_dir / "checkpoint.pt")
+    loss, acc = evaluate(model, data.batches(splits.test_x, splits.test_y, 1000))
 
 No Hydra and no display here: progress goes to a `Tracker` every `cfg.log_every` steps, which is also
 the only point where the loop waits for the device (each step's loss and logits stay on the device).
@@ -11,11 +12,12 @@ measures the two side by side.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +26,9 @@ from torch import nn
 from normbench.config import Config
 from normbench.data import Splits, batches
 from normbench.errors import UserError
-from normbench.results import atomic_save
+from normbench.optim import make_optimizer, make_schedule
+
+Batch = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]  # (x, y, lengths)
 
 
 def pick_device(name: str) -> torch.device:
@@ -41,52 +45,52 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Optimizer:
-    params = list(model.parameters())
-    # One fused kernel for all parameters instead of a Python loop over them: at batch 2 on the CPU the
-    # step is ~1.6x faster. Fused needs floating-point parameters on CPU/CUDA/MPS.
-    fast = {"fused": True} if all(p.is_floating_point() and p.device.type in ("cpu", "cuda", "mps")
-                                  for p in params) else {}
-    if cfg.optimizer == "adam":
-        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fast)
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, **fast)
-    raise UserError(f"unknown optimizer {cfg.optimizer!r}", "use optimizer=adam or optimizer=sgd")
+@contextlib.contextmanager
+def batch_statistics(model: nn.Module) -> Iterator[None]:
+    """Norms in training mode (each batch normalized by its own statistics), dropout off; on exit the
+    model's state and mode are restored, so the running statistics that training mode updates are
+    left exactly as they were."""
+    saved = copy.deepcopy(model.state_dict())
+    was_training = model.training
+    model.train()
+    for m in model.modules():
+        if isinstance(m, nn.modules.dropout._DropoutNd):
+            m.eval()
+    try:
+        yield
+    finally:
+        model.load_state_dict(saved)
+        model.train(was_training)
 
 
-def make_schedule(cfg: Config, total_steps: int) -> Callable[[int], float]:
-    """step -> learning rate: linear warmup over `warmup_steps`, then constant or cosine decay to 0 at
-    `total_steps`. A plain function of the step (as nanoGPT's get_lr), so resuming needs no scheduler
-    state and a step costs no LRScheduler bookkeeping."""
-    if cfg.schedule not in ("cosine", "constant"):
-        raise UserError(f"unknown schedule {cfg.schedule!r}", "use schedule=cosine or schedule=constant")
-
-    def lr_at(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return cfg.lr * ((step + 1) / cfg.warmup_steps)
-        if cfg.schedule == "constant":
-            return cfg.lr
-        progress = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)
-        return cfg.lr * (0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-    return lr_at
+@contextlib.contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int,
-             lengths: torch.Tensor | None = None, train_mode: bool = False) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy over (x, y). `train_mode=True` keeps batch statistics live
-    (BatchNorm normalizes each test batch by itself), to expose the train/eval discrepancy."""
-    was_training = model.training
-    model.train(train_mode)
-    loss = torch.zeros((), device=x.device)
-    hits = torch.zeros((), device=x.device, dtype=torch.long)
-    for i in range(0, len(x), batch_size):
-        logits = model(x[i:i + batch_size], None if lengths is None else lengths[i:i + batch_size])
-        loss += F.cross_entropy(logits, y[i:i + batch_size], reduction="sum")
-        hits += (logits.argmax(1) == y[i:i + batch_size]).sum()
-    model.train(was_training)
-    return loss.item() / len(x), hits.item() / len(x)
+def evaluate(model: nn.Module, batches: Iterable[Batch], batch_stats: bool = False) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy over (x, y, lengths) batches, in eval mode (running statistics),
+    or with `batch_stats=True` normalizing each batch by its own statistics (the train/eval discrepancy);
+    the model comes back unchanged either way."""
+    loss = hits = None
+    n = 0
+    with batch_statistics(model) if batch_stats else _eval_mode(model):
+        for x, y, lengths in batches:
+            logits = model(x, lengths)
+            batch_loss = F.cross_entropy(logits, y, reduction="sum")
+            batch_hits = (logits.argmax(1) == y).sum()
+            loss = batch_loss if loss is None else loss + batch_loss
+            hits = batch_hits if hits is None else hits + batch_hits
+            n += len(y)
+    if not n:
+        return float("nan"), float("nan")
+    return loss.item() / n, hits.item() / n
 
 
 @dataclass
@@ -116,15 +120,43 @@ def plan_steps(cfg: Config, n_train: int) -> tuple[int, int]:
     return cfg.epochs, cfg.epochs * per_epoch
 
 
+class _Window:
+    """The steps since the last log: their losses, logits and labels stay on the device until `read`
+    (the loop's one host sync), and the clock runs only while training."""
+
+    def __init__(self):
+        self.items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.seconds, self.started = 0.0, time.perf_counter()
+
+    def add(self, loss: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> None:
+        self.items.append((loss.detach(), logits.detach(), y))
+
+    def pause(self) -> None:
+        self.seconds += time.perf_counter() - self.started
+
+    def resume(self) -> None:
+        self.started = time.perf_counter()
+
+    def read(self, batch_size: int) -> tuple[list[float], dict[str, float]]:
+        """(the window's losses, its metrics) and a fresh window; call it paused."""
+        losses = torch.stack([w[0] for w in self.items]).float().tolist()  # the host sync
+        hits = torch.cat([w[1] for w in self.items]).argmax(1).eq(torch.cat([w[2] for w in self.items]))
+        metrics = {"loss/train": sum(losses) / len(losses), "acc/train": hits.float().mean().item(),
+                   "throughput/samples_per_s": len(self.items) * batch_size / max(self.seconds, 1e-9)}
+        self.items, self.seconds = [], 0.0
+        return losses, metrics
+
+
 def fit(model: nn.Module, splits: Splits, cfg: Config, tracker, device: torch.device,
         checkpoint: Path | None = None, resume: bool = False, batch_fn=batches) -> FitResult:
     """Train `model` on `splits.train_*`, evaluating on `splits.val_*` after every epoch.
 
-    `batch_fn` yields the training batches (x, y, lengths) with `data.batches`' signature; the
-    variable-length regime passes its own (samples resized to random lengths, right-padded).
+    `batch_fn` yields the training batches (x, y, lengths) with `data.batches`' signature; a study may
+    pass its own (augmented, or resized to random lengths and right-padded).
 
     With `checkpoint`, the full state (model, optimizer, RNG, history) is saved atomically after every
-    epoch; `resume=True` continues from it, bit-identical on CPU to an unbroken run.
+    epoch; `resume=True` continues from it, bit-identical on CPU to an unbroken run, and never trains
+    past the run's total steps.
     """
     epochs, total_steps = plan_steps(cfg, len(splits.train_x))
     opt = make_optimizer(model, cfg)
@@ -136,13 +168,11 @@ def fit(model: nn.Module, splits: Splits, cfg: Config, tracker, device: torch.de
     forward, autocast = accelerate(model, cfg, device)
     tracker.start(total_steps, out.steps)
 
-    # Each step's loss, logits and labels stay on the device, with no host sync; they are read once
-    # every `log_every` steps, which is also where divergence is detected (to the exact step).
-    window: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-    window_start = time.perf_counter()
     for epoch in range(out.epochs_done, epochs):
+        if out.steps >= total_steps:  # a run resumed after its last step: nothing left to train
+            break
         model.train()
-        epoch_start = time.perf_counter()
+        window, epoch_start = _Window(), time.perf_counter()
         for x, y, lengths in batch_fn(splits.train_x, splits.train_y, cfg.batch_size, shuffle=True,
                                      generator=shuffle, drop_last=True):
             lr = lr_at(out.steps)
@@ -154,25 +184,16 @@ def fit(model: nn.Module, splits: Splits, cfg: Config, tracker, device: torch.de
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            window.append((loss.detach(), logits.detach(), y))
+            window.add(loss, logits, y)
             out.steps += 1
-            if len(window) == cfg.log_every or out.steps == total_steps:
-                losses = torch.stack([w[0] for w in window]).float().tolist()  # the host sync
-                bad = [i for i, v in enumerate(losses) if not math.isfinite(v)]
-                if bad:
-                    out.status, out.diverged_step = "diverged", out.steps - len(losses) + bad[0] + 1
+            last = out.steps >= total_steps
+            if len(window.items) == cfg.log_every or last:
+                if not _log(window, out, tracker, cfg.batch_size, lr):
                     break
-                hits = torch.cat([w[1] for w in window]).argmax(1).eq(torch.cat([w[2] for w in window]))
-                now = time.perf_counter()
-                tracker.step(out.steps, {
-                    "loss/train": sum(losses) / len(losses),
-                    "acc/train": hits.float().mean().item(),
-                    "lr": lr,
-                    "throughput/samples_per_s": len(window) * cfg.batch_size / (now - window_start),
-                })
-                window, window_start = [], now
-            if out.steps >= total_steps:
+            if last:
                 break
+        if window.items and out.status != "diverged":  # the epoch's last, partial window
+            _log(window, out, tracker, cfg.batch_size, lr)
         if device.type == "cuda":
             torch.cuda.synchronize()
         out.train_seconds += time.perf_counter() - epoch_start
@@ -180,21 +201,32 @@ def fit(model: nn.Module, splits: Splits, cfg: Config, tracker, device: torch.de
         if out.status == "diverged":
             break
 
-        val_loss, val_acc = evaluate(forward, splits.val_x, splits.val_y, cfg.eval_batch_size)
+        val_loss, val_acc = evaluate(forward, batches(splits.val_x, splits.val_y, cfg.eval_batch_size))
         out.epochs_done = epoch + 1
-        metrics = {"epoch": out.epochs_done, "step": out.steps, "loss/val": val_loss, "acc/val": val_acc,
+        metrics = {"step": out.steps, "loss/val": val_loss, "acc/val": val_acc,
                    "train_samples_per_s": out.train_samples_per_s}
-        out.history.append(metrics)
+        out.history.append({"epoch": out.epochs_done, **metrics})
         tracker.epoch(out.epochs_done, metrics)
         if not math.isfinite(val_loss):
             out.status, out.diverged_step = "diverged", out.steps
             break
         if checkpoint is not None:
             _save_checkpoint(checkpoint, model, opt, shuffle, out)
-        window_start = time.perf_counter()  # evaluation is not training time
-        if out.steps >= total_steps:
-            break
     return out
+
+
+def _log(window: _Window, out: FitResult, tracker, batch_size: int, lr: float) -> bool:
+    """Read the window and report it; False (and `out` marked diverged at the exact step) on a
+    non-finite loss."""
+    window.pause()
+    losses, metrics = window.read(batch_size)
+    bad = [i for i, v in enumerate(losses) if not math.isfinite(v)]
+    if bad:
+        out.status, out.diverged_step = "diverged", out.steps - len(losses) + bad[0] + 1
+        return False
+    tracker.step(out.steps, {**metrics, "lr": lr})
+    window.resume()
+    return True
 
 
 def accelerate(model: nn.Module, cfg: Config, device: torch.device):
@@ -213,6 +245,8 @@ def accelerate(model: nn.Module, cfg: Config, device: torch.device):
 
 
 def _save_checkpoint(path: Path, model, opt, shuffle: torch.Generator, out: FitResult) -> None:
+    from normbench.results import atomic_write_bytes
+
     # No scheduler state: the learning rate is a function of `out.steps`.
     state = {
         "model": model.state_dict(), "optimizer": opt.state_dict(),
@@ -220,7 +254,7 @@ def _save_checkpoint(path: Path, model, opt, shuffle: torch.Generator, out: FitR
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
         "fit": {k: v for k, v in out.__dict__.items()},
     }
-    atomic_save(state, path)
+    atomic_write_bytes(path, lambda f: torch.save(state, f))
 
 
 def _load_checkpoint(path: Path, model, opt, shuffle: torch.Generator) -> FitResult:

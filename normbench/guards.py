@@ -10,8 +10,8 @@ The runner calls these; each failure is a `UserError` (one line: what is wrong, 
 from __future__ import annotations
 
 import json
+import logging
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -23,10 +23,11 @@ from normbench.errors import UserError
 from normbench.results import RESULTS
 from normbench.tracking import flatten
 
+log = logging.getLogger(__name__)  # the CLI shows these on stderr; a library caller decides
 CHECKPOINT = "checkpoint.pt"
 UNFINISHED = ("unfinished: the process stopped before writing its result (killed, or still running); "
               "rerun the same command with resume=true to continue from checkpoint.pt")
-# Keys that do not change what a run computes: resuming with a different value is allowed.
+# Keys that do not change what a run computes (config.py marks them): resuming with another value is fine.
 RUNTIME_KEYS = runtime_keys()
 
 
@@ -78,11 +79,11 @@ def resume_state(run_dir: Path, config: dict) -> dict | None:
             raise UserError(f"{run_dir} holds a run of another config (it differs in {', '.join(changed)})",
                             "resume with the same overrides, or choose a new hydra.run.dir")
         if old.get("status") in ("completed", "diverged"):
-            print(f"normbench: {run_dir} already finished ({old['status']}); nothing to resume", file=sys.stderr)
+            log.info("%s already finished (%s); nothing to resume", run_dir, old["status"])
             return old
     if not checkpoint.exists():
-        print(f"normbench: warning: resume=true but {run_dir} has no {CHECKPOINT}; starting from scratch "
-              "(to resume, pass the interrupted run's directory as hydra.run.dir)", file=sys.stderr)
+        log.warning("resume=true but %s has no %s; starting from scratch (to resume, pass the interrupted "
+                    "run's directory as hydra.run.dir)", run_dir, CHECKPOINT)
         return None
     try:  # written atomically, so only a foreign or damaged file fails here
         torch.load(checkpoint, map_location="cpu", weights_only=True)

@@ -19,7 +19,8 @@ from torch import nn
 from normbench import cells
 from normbench.config import ModelConfig
 from normbench.errors import UserError
-from normbench.norms import NormFactory
+from normbench.norms import LAYOUTS, NormFactory
+from normbench.norms.registry import TAG
 
 
 class MLP(nn.Module):
@@ -109,3 +110,33 @@ def create(cfg: ModelConfig, make: NormFactory, in_shape, num_classes: int) -> n
     if cfg.name not in _REGISTRY:
         raise UserError(f"unknown model {cfg.name!r}", f"choose one of: {', '.join(names())}")
     return _REGISTRY[cfg.name](cfg, make, tuple(in_shape), num_classes)
+
+
+@torch.no_grad()
+def norm_values_per_channel(model: nn.Module, x: torch.Tensor) -> tuple[int | None, set[str]]:
+    """(the fewest values any norm layer's per-channel statistics average over on input batch `x`, the
+    layouts the norm layers take). Batch for linear layers, batch x H x W for convolutions, batch x T for
+    sequences, batch for a per-step recurrent norm: BatchNorm's fate depends on this number more than on
+    the batch size. Measured in eval mode (no running-statistics update); None when there is no norm."""
+    seen: list[int] = []
+    layouts: set[str] = set()
+
+    def count(module, args, _out):
+        layout = getattr(module, TAG)[1]
+        channels = args[0].shape[-1] if layout == "seq" else args[0].shape[1]
+        seen.append(args[0].numel() // channels)
+
+    hooks = []
+    for module in model.modules():
+        if hasattr(module, TAG) and getattr(module, TAG)[1] in LAYOUTS:  # not the "layer" of WN / CN
+            layouts.add(getattr(module, TAG)[1])
+            hooks.append(module.register_forward_hook(count))
+    was_training = model.training
+    try:
+        model.eval()
+        model(x)
+    finally:
+        model.train(was_training)
+        for h in hooks:
+            h.remove()
+    return (min(seen) if seen else None), layouts

@@ -1,4 +1,4 @@
-"""`results.json`: the stable per-run contract (DESIGN.md), written atomically, and read back.
+"""`results.json`: the stable per-run contract (docs/design.md), written atomically, and read back.
 
     write_results(run_dir, {"status": "completed", "test_acc": 0.91, ...})
     res = read_results(run_dir / "results.json")
@@ -14,10 +14,9 @@ import os
 import platform
 import subprocess
 import tempfile
+from importlib import metadata
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import Any, BinaryIO, Callable
 
 import normbench
 
@@ -25,7 +24,7 @@ RESULTS = "results.json"
 STATUSES = ("completed", "diverged", "failed")
 
 
-def _atomic(path: Path, write) -> None:
+def atomic_write_bytes(path: Path, write: Callable[[BinaryIO], Any]) -> None:
     """Write through a temporary file in the same directory, then rename: readers never see half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -43,16 +42,18 @@ def _atomic(path: Path, write) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    _atomic(path, lambda f: f.write(text.encode()))
-
-
-def atomic_save(obj: Any, path: Path) -> None:
-    """torch.save, atomically."""
-    _atomic(path, lambda f: torch.save(obj, f))
+    atomic_write_bytes(path, lambda f: f.write(text.encode()))
 
 
 def versions() -> dict[str, str]:
-    return {"python": platform.python_version(), "torch": torch.__version__, "normbench": normbench.__version__}
+    """Read from the installed packages' metadata: no need to import torch (summarize starts fast)."""
+    def version(pkg: str) -> str | None:
+        try:
+            return metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"python": platform.python_version(), "torch": version("torch"), "normbench": normbench.__version__}
 
 
 def git_sha() -> str | None:

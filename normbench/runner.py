@@ -2,7 +2,8 @@
 
     results = run(Config(model=ModelConfig(name="cnn")), run_dir=Path("outputs/try"))
 
-The CLI calls this with the config Hydra composed; tests and library users call it directly.
+The CLI calls this with the config Hydra composed; tests and library users call it directly. What a
+study adds (its batches, its extra evaluations) comes from `normbench.studies`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import Any
 
 import torch
 
-from normbench import data, guards, models, norms, probe, regimes
+from normbench import data, guards, models, norms, probe, studies
 from normbench.config import Config, NormConfig, to_dict
+from normbench.data import batches
 from normbench.engine import evaluate, fit, pick_device
 from normbench.errors import UserError
+from normbench.optim import scaled_lr
 from normbench.results import git_sha, versions, write_results
 from normbench.tracking import RichTracker, TensorBoardTracker, Trackers
 
@@ -37,18 +40,20 @@ def norm_options(cfg: NormConfig) -> dict[str, Any]:
 
 def validate(cfg: Config) -> None:
     """Reject what cannot work, before any data is read."""
-    if cfg.batch_size < 1:
-        raise UserError(f"batch_size must be >= 1 (got {cfg.batch_size})", "set batch_size=2 or more")
-    if cfg.lr <= 0:
-        raise UserError(f"lr must be > 0 (got {cfg.lr})", "set e.g. lr=1e-3")
-    if cfg.epochs < 1 and cfg.max_steps is None:
-        raise UserError(f"epochs must be >= 1 (got {cfg.epochs}) unless max_steps is set",
-                        "set epochs=1 or more, or max_steps")
-    if cfg.max_steps is not None and cfg.max_steps < 1:
-        raise UserError(f"max_steps must be >= 1 (got {cfg.max_steps})", "set max_steps=null to train by epochs")
-    if cfg.log_every < 1:
-        raise UserError(f"log_every must be >= 1 (got {cfg.log_every})", "set log_every=50")
-    regimes.validate(cfg)
+    checks = [
+        (cfg.batch_size >= 1, f"batch_size must be >= 1 (got {cfg.batch_size})", "set batch_size=2 or more"),
+        (cfg.lr > 0, f"lr must be > 0 (got {cfg.lr})", "set e.g. lr=1e-3"),
+        (cfg.epochs >= 1 or cfg.max_steps is not None,
+         f"epochs must be >= 1 (got {cfg.epochs}) unless max_steps is set", "set epochs=1 or more, or max_steps"),
+        (cfg.max_steps is None or cfg.max_steps >= 1, f"max_steps must be >= 1 (got {cfg.max_steps})",
+         "set max_steps=null to train by epochs"),
+        (cfg.log_every >= 1, f"log_every must be >= 1 (got {cfg.log_every})", "set log_every=50"),
+        (cfg.lr_ref_batch >= 1, f"lr_ref_batch must be >= 1 (got {cfg.lr_ref_batch})", "set lr_ref_batch=64"),
+    ]
+    for ok, what, fix in checks:
+        if not ok:
+            raise UserError(what, fix)
+    studies.for_config(cfg).validate(cfg)
 
 
 def make_trackers(cfg: Config, run_dir: Path, config_dict: dict,
@@ -78,26 +83,26 @@ def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list
     write_results(run_dir, results)  # a run killed from now on leaves a results.json that says so
     try:
         validate(cfg)
+        study = studies.for_config(cfg)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         device = pick_device(cfg.device)
         results.update(device=str(device), torch_threads=torch.get_num_threads())
-        make = regimes.NormCounter(cfg.norm.name, **norm_options(cfg.norm))  # a norms.factory that counts
+        make = norms.factory(cfg.norm.name, **norm_options(cfg.norm))
         splits = data.load(cfg.data, device)
         torch.manual_seed(cfg.seed)
         model = models.create(cfg.model, make, splits.shape, splits.num_classes).to(device)
-        model = data.with_augment(model, cfg.data)  # the model itself unless data.augment=true
-        values = make.values_per_channel(model, splits.train_x[:cfg.batch_size])
-        guards.check_batch_statistics(cfg, values, make.layouts)
+        values, layouts = models.norm_values_per_channel(model, splits.train_x[:cfg.batch_size])
+        guards.check_batch_statistics(cfg, values, layouts)
         results["norm_values_per_channel"] = values
-        train_cfg = replace(cfg, lr=regimes.scaled_lr(cfg))  # the config records the base lr
+        train_cfg = replace(cfg, lr=scaled_lr(cfg))  # the config records the base lr
         results["lr_effective"] = train_cfg.lr
 
         tracker = tracker or make_trackers(cfg, run_dir, config_dict, hparam_domains)
         if cfg.norm.track_stats:  # forward hooks on the norm layers; when off, none exist
             probe.attach(model, tracker, cfg.norm.track_every)
         fitted = fit(model, splits, train_cfg, tracker, device, checkpoint=run_dir / CHECKPOINT,
-                     resume=cfg.resume, batch_fn=regimes.train_batches(cfg))
+                     resume=cfg.resume, batch_fn=study.train_batches(cfg))
         results.pop("error")
         results.update(
             status=fitted.status, steps=fitted.steps, epochs_done=fitted.epochs_done,
@@ -107,9 +112,9 @@ def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list
             num_params=sum(p.numel() for p in model.parameters()),
         )
         if fitted.status == "completed":
-            results["test_loss"], results["test_acc"] = evaluate(model, splits.test_x, splits.test_y,
-                                                                 cfg.eval_batch_size)
-            results.update(regimes.extra_evaluations(model, splits, cfg))
+            results["test_loss"], results["test_acc"] = evaluate(
+                model, batches(splits.test_x, splits.test_y, cfg.eval_batch_size))
+            results.update(study.evaluations(model, splits, cfg))
         else:
             results["test_acc"] = None
     except BaseException as e:  # a crash, a user error or Ctrl-C: record it, keep what was written, re-raise

@@ -15,7 +15,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -23,7 +22,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from normbench import data, models, norms  # noqa: E402
-from normbench.config import Config, DataConfig, ModelConfig, NormConfig  # noqa: E402
+from normbench.config import Config, DataConfig, ModelConfig, NormConfig, to_dict  # noqa: E402
+from normbench.data import batches  # noqa: E402
 from normbench.engine import evaluate, fit, pick_device  # noqa: E402
 from normbench.results import versions  # noqa: E402
 from normbench.tracking import NullTracker  # noqa: E402
@@ -43,7 +43,7 @@ class TestEveryEpoch(NullTracker):
     def epoch(self, epoch: int, metrics: dict) -> None:
         wall = time.perf_counter() - self.started - self.excluded
         t = time.perf_counter()
-        _, test_acc = evaluate(self.model, self.splits.test_x, self.splits.test_y, self.cfg.eval_batch_size)
+        _, test_acc = evaluate(self.model, batches(self.splits.test_x, self.splits.test_y, self.cfg.eval_batch_size))
         self.excluded += time.perf_counter() - t
         train_s = metrics["step"] * self.cfg.batch_size / metrics["train_samples_per_s"]
         self.epochs.append({"epoch": epoch, "train_s": train_s, "wall_s": wall, "val_acc": metrics["acc/val"],
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         "target": args.target, "reached": hit is not None, "at": hit, "epochs": tracker.epochs,
         "data_load_s": load_s, "device": str(device),
         "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
-        "config": asdict(cfg), "versions": versions(),
+        "config": to_dict(cfg), "versions": versions(),
     }))
     return 0
 

@@ -1,11 +1,15 @@
 """Batched augmentation (normbench/data/augment.py): random crop of the zero-padded image and horizontal
-flip, on whole batches, and the `Augmented` stage that applies it to training steps only."""
+flip, on whole batches, applied to the training batches only."""
 
 import pytest
 import torch
 
-from normbench.config import DataConfig
-from normbench.data.augment import Augmented, random_crop_flip, with_augment
+from dataclasses import replace
+
+from normbench import runner
+from normbench.config import DataConfig, ModelConfig, VarLenConfig
+from normbench.data import batches
+from normbench.data.augment import augmented, random_crop_flip, validate
 from normbench.errors import UserError
 
 
@@ -48,36 +52,32 @@ def test_augmentation_is_deterministic_under_a_seeded_generator():
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
-class Probe(torch.nn.Module):
-    """Records the input it was given."""
-
-    def forward(self, x, lengths=None):
-        self.seen = x
-        return x
-
-
-def test_augment_off_is_identity_and_only_training_steps_are_augmented():
-    """Reference: the input itself; with augment off the model is returned unchanged, and with it on the
-    model sees clean images in eval mode and under no_grad (how engine.evaluate runs, also train_mode)."""
-    probe, x = Probe(), _images()
-    assert with_augment(probe, DataConfig()) is probe
-    model = with_augment(probe, DataConfig(augment=True))
-    assert isinstance(model, Augmented)
-    model.eval()
-    model(x)
-    assert probe.seen is x
-    model.train()
-    with torch.no_grad():
-        model(x)
-    assert probe.seen is x
-    model(x)
-    assert probe.seen.shape == x.shape and not torch.equal(probe.seen, x)
-    with pytest.raises(UserError, match="variable-length"):
-        model(x, torch.full((len(x),), 8))
+def test_augment_off_is_the_plain_batches_and_on_augments_only_the_training_batches(tiny_cfg):
+    """Reference: data.batches itself when off; when on, the same shuffled batches (same labels, same
+    order) with every image a crop/flip of its clean self, and the model a plain model (no wrapper, so
+    its state_dict keys are those of the unaugmented model)."""
+    assert augmented(batches, DataConfig()) is batches
+    fn = augmented(batches, DataConfig(augment=True, crop_padding=2))
+    x, y = _images(32), torch.arange(32)
+    plain = list(batches(x, y, 8, shuffle=True, generator=torch.Generator().manual_seed(3)))
+    torch.manual_seed(0)
+    aug = list(fn(x, y, 8, shuffle=True, generator=torch.Generator().manual_seed(3)))
+    assert len(aug) == len(plain)
+    for (xa, ya, _), (xp, yp, _) in zip(aug, plain):
+        assert torch.equal(ya, yp) and xa.shape == xp.shape and not torch.equal(xa, xp)
+        padded = torch.nn.functional.pad(xp, (2, 2, 2, 2))
+        for a, pad in zip(xa, padded):  # each augmented image is a window of its padded self, maybe mirrored
+            windows = [pad[:, dy:dy + 8, dx:dx + 10] for dy in range(5) for dx in range(5)]
+            assert any(torch.equal(a, w) or torch.equal(a, w.flip(-1)) for w in windows)
 
 
-def test_augment_settings_that_cannot_work_are_refused():
+def test_augment_settings_that_cannot_work_are_refused(tiny_cfg):
+    """Reference: the one-line errors, raised by the study's validation before any data is read."""
     with pytest.raises(UserError, match="crop_padding"):
-        with_augment(Probe(), DataConfig(augment=True, crop_padding=-1))
+        validate(DataConfig(augment=True, crop_padding=-1))
     with pytest.raises(UserError, match="does nothing"):
-        with_augment(Probe(), DataConfig(augment=True, crop_padding=0, hflip=False))
+        validate(DataConfig(augment=True, crop_padding=0, hflip=False))
+    varlen = replace(tiny_cfg, model=ModelConfig(name="rnn"), data=replace(tiny_cfg.data, augment=True),
+                     varlen=VarLenConfig(enabled=True))
+    with pytest.raises(UserError, match="variable-length"):
+        runner.validate(varlen)

@@ -13,7 +13,8 @@ from conftest import requires_real_data
 from normbench import models, norms
 from normbench.config import Config, ModelConfig, NormConfig
 from normbench.data import Splits
-from normbench.engine import fit, make_optimizer, make_schedule
+from normbench.engine import fit
+from normbench.optim import make_optimizer, make_schedule
 from normbench.tracking import NullTracker
 
 CPU = torch.device("cpu")
@@ -58,23 +59,21 @@ class Recorder(NullTracker):
 
 
 @pytest.mark.parametrize("schedule,warmup", [("cosine", 0), ("cosine", 7), ("constant", 5)])
-def test_schedule_matches_lambdalr(schedule, warmup):
-    """Reference: torch's LambdaLR with the same warmup-then-cosine factor, stepped after each update."""
+def test_schedule_matches_torch_schedulers(schedule, warmup):
+    """Reference: torch's own schedulers, stepped after each update: LinearLR from 1/warmup to 1 over the
+    warmup, then CosineAnnealingLR to 0 at the last step (or ConstantLR at factor 1), via SequentialLR."""
     cfg = tiny_cfg(schedule=schedule, warmup_steps=warmup, lr=3e-3)
     total = 40
     lr_at = make_schedule(cfg, total)
-
-    def factor(step):
-        if step < warmup:
-            return (step + 1) / warmup
-        if schedule == "constant":
-            return 1.0
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
-
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=cfg.lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    S = torch.optim.lr_scheduler
+    after = S.CosineAnnealingLR(opt, T_max=total - warmup) if schedule == "cosine" else \
+        S.ConstantLR(opt, factor=1.0, total_iters=0)
+    sched = after if not warmup else S.SequentialLR(
+        opt, [S.LinearLR(opt, start_factor=1 / warmup, end_factor=1.0, total_iters=warmup - 1), after],
+        milestones=[warmup])
     for step in range(total):
-        assert lr_at(step) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-12), step
+        assert lr_at(step) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-9, abs=1e-15), step
         opt.step()
         sched.step()
 
@@ -101,13 +100,15 @@ def test_fused_optimizer_matches_for_loop(optimizer):
 
 
 def test_logs_every_window_and_trains():
-    """Reference: the log schedule (every `log_every` steps and at the last step) and the loss falling."""
+    """Reference: the log schedule (every `log_every` steps and at each epoch's last step, so no window
+    spans an evaluation) and the loss falling."""
     cfg = tiny_cfg(epochs=3, log_every=5)
     rec = Recorder()
     out = fit(build(cfg), tiny_splits(), cfg, rec, CPU)
     total = 3 * (192 // 16)
     assert out.status == "completed" and out.steps == total and out.epochs_done == 3
-    assert [s for s, _ in rec.steps] == list(range(5, total + 1, 5)) + ([total] if total % 5 else [])
+    per_epoch = 192 // 16
+    assert [s for s, _ in rec.steps] == [e * per_epoch + k for e in range(3) for k in (5, 10, 12)]
     lr_at = make_schedule(cfg, total)
     for step, m in rec.steps:
         assert m["lr"] == lr_at(step - 1)  # the rate the window's last update used
@@ -115,6 +116,40 @@ def test_logs_every_window_and_trains():
     assert rec.steps[-1][1]["loss/train"] < rec.steps[0][1]["loss/train"]
     assert [e for e, _ in rec.epochs] == [1, 2, 3]
     assert set(out.history[0]) == {"epoch", "step", "loss/val", "acc/val", "train_samples_per_s"}
+
+
+class SlowStep(nn.Module):
+    """Wraps a model; each training forward pass sleeps `seconds`, so no step is faster than that."""
+
+    def __init__(self, net: nn.Module, seconds: float):
+        super().__init__()
+        self.net, self.seconds = net, seconds
+
+    def forward(self, x, lengths=None):
+        if self.training and torch.is_grad_enabled():
+            time.sleep(self.seconds)
+        return self.net(x)
+
+
+def test_throughput_never_counts_steps_from_before_an_evaluation(monkeypatch):
+    """Reference: a floor on each step's time (a 20 ms sleep) bounds any honest window's throughput by
+    batch / 20 ms; a slow validation (0.5 s) between epochs must not be subtracted from a window that
+    also holds steps from before it (the bug: those steps' time was lost, ~2x too high here)."""
+    import normbench.engine as engine
+
+    real = engine.evaluate
+
+    def slow_evaluate(*a, **kw):
+        time.sleep(0.5)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(engine, "evaluate", slow_evaluate)
+    cfg = tiny_cfg(epochs=3, log_every=8)  # 12 steps per epoch: windows of 8 would straddle epochs
+    rec = Recorder()
+    fit(SlowStep(build(cfg), 0.02), tiny_splits(), cfg, rec, CPU)
+    ceiling = cfg.batch_size / 0.02
+    speeds = [m["throughput/samples_per_s"] for _, m in rec.steps]
+    assert len(speeds) == 6 and max(speeds) <= ceiling * 1.02, (speeds, ceiling)
 
 
 class NanAt(nn.Module):

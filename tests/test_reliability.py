@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from conftest import REPO, normbench_cli, write_tiny_fashion_mnist
@@ -72,7 +73,7 @@ BAD_INPUTS = {
                   ["groups=5 does not divide 32 channels", "1, 2, 4, 8, 16, 32"]),
     "BN at batch size 1": ({"batch_size": 1}, ["at batch_size=1 the mlp's linear layers give it one value per "
                                                "channel", "use batch_size=2 or more", "ln, gn"]),
-    "unknown optimizer": ({"optimizer": "adamw"}, ["unknown optimizer 'adamw'", "optimizer=adam"]),
+    "unknown optimizer": ({"optimizer": "adamw"}, ["unknown optimizer 'adamw'", "use one of: adam, sgd"]),
     "log_every < 1": ({"log_every": 0}, ["log_every must be >= 1"]),
     "unknown schedule": ({"schedule": "linear"}, ["unknown schedule 'linear'"]),
     "unknown device": ({"device": "tpu"}, ["unknown device 'tpu'"]),
@@ -81,7 +82,7 @@ BAD_INPUTS = {
     "val_size too large": ({"data.val_size": 100000}, ["data.val_size=100000 must be in [0, 600)"]),
     "subset < 1": ({"data.subset": 0}, ["data.subset=0 must be >= 1"]),
     "batch larger than data": ({"batch_size": 1000}, ["batch_size=1000 is larger than the 500 training samples"]),
-    "unknown RNN cell": ({"model": "rnn", "model.cell": "transformer"}, ["unknown RNN cell 'transformer'"]),
+    "unknown RNN cell": ({"model": "rnn", "model.cell": "transformer"}, ["unknown model.cell 'transformer'", "use one of: rnn, lstm, gru"]),
 }
 
 
@@ -265,11 +266,11 @@ def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        results._atomic(path, half_then_die)
+        results.atomic_write_bytes(path, half_then_die)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
     with pytest.raises(KeyboardInterrupt):
-        results._atomic(tmp_path / "checkpoint.pt", half_then_die)
+        results.atomic_write_bytes(tmp_path / "checkpoint.pt", half_then_die)
     assert not (tmp_path / "checkpoint.pt").exists()
 
 
@@ -291,21 +292,32 @@ def test_same_seed_same_metrics(tiny_cfg, tmp_path):
     ("rnn", "bn", 1, False)])
 def test_batch_statistics_rule(model, norm, batch_size, fails, tiny_cfg):
     """Reference: BN needs more than one value per channel: batch for linear layers, batch x H x W for
-    convolutions, batch x T for a norm on RNN outputs (PyTorch's BatchNorm raises on exactly the first)."""
+    convolutions, batch x T for a norm on RNN outputs: PyTorch's own F.batch_norm, given each norm layer's
+    real input in training mode, raises on exactly the shapes the guard refuses (for a batch-dependent norm)."""
+    from normbench import models, norms
+    from normbench.norms.registry import LAYOUTS, TAG
+
     tiny_cfg.model, tiny_cfg.norm, tiny_cfg.batch_size = ModelConfig(name=model, hidden=8), NormConfig(name=norm), \
         batch_size
-    from normbench import models, regimes
-    make = regimes.NormCounter(norm)
-    m = models.create(tiny_cfg.model, make, (1, 28, 28), 10).train()
-    values = make.values_per_channel(m, torch.randn(batch_size, 1, 28, 28))
+    m = models.create(tiny_cfg.model, norms.factory(norm), (1, 28, 28), 10)
+    x = torch.randn(batch_size, 1, 28, 28)
+    values, layouts = models.norm_values_per_channel(m, x)
+    inputs = []
+    hooks = [mod.register_forward_pre_hook(lambda mod, args: inputs.append((getattr(mod, TAG)[1], args[0])))
+             for mod in m.modules() if hasattr(mod, TAG) and getattr(mod, TAG)[1] in LAYOUTS]
+    with torch.no_grad():
+        m.eval()(x)
+    for h in hooks:
+        h.remove()
     native_fails = False
-    try:
-        m(torch.randn(batch_size, 1, 28, 28))
-    except ValueError:
-        native_fails = True
-    assert native_fails == fails
+    for layout, t in inputs:
+        try:
+            F.batch_norm(t.reshape(-1, t.shape[-1]) if layout == "seq" else t, None, None, training=True)
+        except ValueError:
+            native_fails = True
+    assert fails == (native_fails and norms.get(norm).batch_dependent)
     if fails:
         with pytest.raises(UserError, match="one value per channel"):
-            guards.check_batch_statistics(tiny_cfg, values, make.layouts)
+            guards.check_batch_statistics(tiny_cfg, values, layouts)
     else:
-        guards.check_batch_statistics(tiny_cfg, values, make.layouts)
+        guards.check_batch_statistics(tiny_cfg, values, layouts)

@@ -3,6 +3,7 @@ exactly where the run that was never interrupted ends (on CPU); Ctrl-C and SIGTE
 
 import dataclasses
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import torch
 
 from conftest import REPO, normbench_cli
 from normbench import guards, runner
-from normbench.config import ModelConfig
+from normbench.config import ModelConfig, to_dict
 from normbench.errors import UserError
 from normbench.tracking import NullTracker
 
@@ -115,11 +116,11 @@ class InterruptAt(NullTracker):
 
 
 def test_interrupted_in_process_resumes_to_the_same_metrics(tiny_cfg, tmp_path):
-    """Reference: an unbroken run. Interrupted at step 45 (epoch 2 of 3, 31 steps an epoch), resumed."""
+    """Reference: an unbroken run. Interrupted at step 46 (epoch 2 of 3, 31 steps an epoch), resumed."""
     tiny_cfg.epochs, tiny_cfg.max_steps = 3, None
     unbroken = runner.run(tiny_cfg, tmp_path / "a", tracker=NullTracker())
     with pytest.raises(KeyboardInterrupt):
-        runner.run(tiny_cfg, tmp_path / "b", tracker=InterruptAt(45))
+        runner.run(tiny_cfg, tmp_path / "b", tracker=InterruptAt(46))
     left = json.loads((tmp_path / "b/results.json").read_text())
     assert left["status"] == "failed" and "interrupted" in left["error"]
     tiny_cfg.resume = True
@@ -127,21 +128,37 @@ def test_interrupted_in_process_resumes_to_the_same_metrics(tiny_cfg, tmp_path):
     assert metrics(resumed) == metrics(unbroken)
 
 
-def test_resume_without_checkpoint_warns_and_starts_fresh(tiny_cfg, tmp_path, capsys):
+@pytest.fixture
+def guard_log():
+    """What normbench.guards logs (the CLI prints it as `normbench: ...`; here it is collected)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("normbench.guards")
+    logger.addHandler(handler)
+    old = logger.level
+    logger.setLevel(logging.INFO)
+    yield records
+    logger.removeHandler(handler)
+    logger.setLevel(old)
+
+
+def test_resume_without_checkpoint_warns_and_starts_fresh(tiny_cfg, tmp_path, guard_log):
     tiny_cfg.resume = True
     res = runner.run(tiny_cfg, tmp_path / "new", tracker=NullTracker())
     assert res["status"] == "completed"
-    assert "warning: resume=true but" in capsys.readouterr().err
+    assert [r.levelno for r in guard_log] == [logging.WARNING]
+    assert "resume=true but" in guard_log[0].getMessage()
 
 
-def test_resume_of_a_finished_run_redoes_nothing(tiny_cfg, tmp_path, capsys):
+def test_resume_of_a_finished_run_redoes_nothing(tiny_cfg, tmp_path, guard_log):
     """Re-running a whole sweep with resume=true must not retrain (nor rewrite) the runs that finished."""
     runner.run(tiny_cfg, tmp_path, tracker=NullTracker())
     before = (tmp_path / "results.json").read_bytes()
     tiny_cfg.resume = True
     again = runner.run(tiny_cfg, tmp_path, tracker=NullTracker())
     assert (tmp_path / "results.json").read_bytes() == before and again["status"] == "completed"
-    assert "already finished" in capsys.readouterr().err
+    assert "already finished" in guard_log[0].getMessage()
 
 
 def test_resume_with_another_config_is_refused(tiny_cfg, tmp_path):
@@ -154,7 +171,7 @@ def test_resume_with_another_config_is_refused(tiny_cfg, tmp_path):
     assert (tmp_path / "results.json").read_bytes() == before
     tiny_cfg.lr, tiny_cfg.model, tiny_cfg.progress, tiny_cfg.threads = 1e-3, ModelConfig(name="mlp", hidden=32), \
         True, 1
-    assert guards.config_differences(json.loads(before)["config"], dataclasses.asdict(tiny_cfg)) == []
+    assert guards.config_differences(json.loads(before)["config"], to_dict(tiny_cfg)) == []
 
 
 def test_unreadable_checkpoint_is_a_user_error(tiny_cfg, tmp_path):
@@ -177,3 +194,26 @@ def test_sweep_rerun_with_resume_keeps_finished_runs(tiny_root, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("already finished") == 2
     assert {p: p.read_bytes() for p in sweep.glob("*/results.json")} == first
+
+
+def test_killed_after_its_last_step_resumes_without_training_more(tiny_cfg, tmp_path, monkeypatch):
+    """Reference: the unbroken run. A run capped by max_steps mid-epoch (3 epochs of 31 steps, capped at
+    40: its last checkpoint is after step 40) and stopped during the final test evaluation resumes into
+    no new step and no new history entry (the bug: one more step in epoch 3)."""
+    tiny_cfg.epochs, tiny_cfg.max_steps = 3, 40
+    unbroken = runner.run(tiny_cfg, tmp_path / "a", tracker=NullTracker())
+    assert unbroken["steps"] == 40 and len(unbroken["history"]) == 2
+
+    real_evaluate = runner.evaluate
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # as SIGTERM or Ctrl-C during the test pass
+
+    monkeypatch.setattr(runner, "evaluate", killed)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(tiny_cfg, tmp_path / "b", tracker=NullTracker())
+    monkeypatch.setattr(runner, "evaluate", real_evaluate)
+    tiny_cfg.resume = True
+    resumed = runner.run(tiny_cfg, tmp_path / "b", tracker=NullTracker())
+    assert resumed["steps"] == 40
+    assert metrics(resumed) == metrics(unbroken)

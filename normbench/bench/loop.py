@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -20,7 +20,7 @@ from rich.console import Console
 
 from normbench import data, models, norms
 from normbench.bench import clocks, fmt_ratio, interleave, markdown_table, paired_ratio, sync
-from normbench.config import Config, DataConfig, ModelConfig, NormConfig
+from normbench.config import Config, DataConfig, ModelConfig, NormConfig, to_dict
 from normbench.engine import fit
 from normbench.tracking import NullTracker, RichTracker, TensorBoardTracker, Trackers
 
@@ -73,7 +73,7 @@ def runner_loop(model, splits, cfg: Config, warmup: int, terminal, tmp: Path) ->
         # A forced terminal console, so rich renders and refreshes as it does in front of a user.
         console = Console(file=terminal, force_terminal=True, width=120)
         tracker = Trackers([RichTracker("bench", console=console),
-                            TensorBoardTracker(Path(tempfile.mkdtemp(dir=tmp)), asdict(cfg)), watch])
+                            TensorBoardTracker(Path(tempfile.mkdtemp(dir=tmp)), to_dict(cfg)), watch])
     try:
         fit(model, splits, cfg, tracker, torch.device(cfg.device))
     finally:

@@ -8,10 +8,10 @@ Each dataset is read once into normalized float tensors on the training device a
 batch: torchvision's per-sample PIL path runs at ~17k samples/s on 2 cores, slower than training.
 """
 
-from normbench.data.augment import random_crop_flip, with_augment
+from normbench.data.augment import random_crop_flip
 from normbench.data.splits import Splits, batches, load, names, register
 
 # Importing a dataset module registers it.
 from normbench.data import cifar10, fashion_mnist  # noqa: E402,F401  isort: skip
 
-__all__ = ["Splits", "batches", "load", "names", "random_crop_flip", "register", "with_augment"]
+__all__ = ["Splits", "batches", "load", "names", "random_crop_flip", "register"]

@@ -2,7 +2,7 @@
 and horizontal flip, vectorized (one gather and one `where` per batch, no per-sample Python loop).
 
     x = random_crop_flip(x, padding=4, flip=True, generator=g)      # x: (N, C, H, W)
-    model = with_augment(model, cfg.data)                            # identity unless data.augment=true
+    batch_fn = augmented(data.batches, cfg.data)                     # data.batches unless data.augment=true
 
 The images are already normalized, so the zero padding is the training mean colour (as in GPU-side
 pipelines such as cifar10-airbench), not black as in torchvision's RandomCrop on PIL images.
@@ -36,39 +36,28 @@ def random_crop_flip(x: torch.Tensor, padding: int, flip: bool,
     return x
 
 
-class Augmented(nn.Module):
-    """Wraps a model so that its training forward passes see augmented batches.
-
-    Augments only when the model is in train mode *and* autograd is on, i.e. in the optimizer steps:
-    `engine.evaluate` runs under no_grad, so validation and test (also train-mode BN evaluation) see
-    the clean images. Draws come from torch's global RNG on the device, which the engine seeds and
-    checkpoints, so a resumed run augments exactly as an unbroken one. (Like Keras' RandomCrop /
-    RandomFlip layers, which are identities at inference.)
-    """
-
-    def __init__(self, model: nn.Module, padding: int, flip: bool):
-        super().__init__()
-        self.model, self.padding, self.flip = model, padding, flip
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
-        if self.training and torch.is_grad_enabled():
-            if lengths is not None:  # a crop would shift padding rows into the real ones
-                raise UserError("data.augment does not apply to variable-length sequences",
-                                "set data.augment=false")
-            x = random_crop_flip(x, self.padding, self.flip)
-        return self.model(x, lengths)
-
-    def extra_repr(self) -> str:
-        return f"crop_padding={self.padding}, hflip={self.flip}"
-
-
-def with_augment(model: nn.Module, cfg: DataConfig) -> nn.Module:
-    """`model` itself when `cfg.augment` is off; else the model behind an `Augmented` stage."""
+def validate(cfg: DataConfig) -> None:
     if not cfg.augment:
-        return model
+        return
     if cfg.crop_padding < 0:
         raise UserError(f"data.crop_padding must be >= 0 (got {cfg.crop_padding})", "set data.crop_padding=4")
     if cfg.crop_padding == 0 and not cfg.hflip:
         raise UserError("data.augment=true with crop_padding=0 and hflip=false does nothing",
                         "set data.crop_padding=4 or data.hflip=true, or data.augment=false")
-    return Augmented(model, cfg.crop_padding, cfg.hflip)
+
+
+def augmented(batch_fn, cfg: DataConfig):
+    """`batch_fn` itself when `cfg.augment` is off; else the same batches, each cropped and flipped.
+
+    Only training batches pass through here, so validation and test (batch-statistics evaluations
+    included) see the clean images, and the model is the plain model (its state_dict keys unchanged).
+    Draws come from torch's global RNG on the device, which the engine seeds and checkpoints, so a
+    resumed run augments exactly as an unbroken one."""
+    if not cfg.augment:
+        return batch_fn
+
+    def augmented_batches(x, y, batch_size, **kw):
+        for xb, yb, lengths in batch_fn(x, y, batch_size, **kw):
+            yield random_crop_flip(xb, cfg.crop_padding, cfg.hflip), yb, lengths
+
+    return augmented_batches

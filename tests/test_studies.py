@@ -1,18 +1,21 @@
-"""What the regimes add to a run (normbench/regimes.py, via the runner): the effective learning rate, the
-values each norm's statistics see, the batch-statistics test accuracy, the variable-length evaluations,
-and a results.json even when setup fails."""
+"""What the studies add to a run (normbench/studies/, via the runner): the effective learning rate, the
+values each norm's statistics see (models.norm_values_per_channel), the batch-statistics test accuracy,
+the variable-length evaluations, and a results.json even when setup fails."""
 
 import json
 from dataclasses import replace
 
 import pytest
 import torch
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from normbench import data, models, norms
 from normbench.config import ModelConfig, VarLenConfig
+from normbench.data import batches
+from normbench.engine import evaluate
 from normbench.errors import UserError
-from normbench.regimes import NormCounter, extra_evaluations
 from normbench.runner import run
+from normbench.studies import small_batch
 
 
 @pytest.mark.parametrize("model, expected", [
@@ -23,25 +26,43 @@ from normbench.runner import run
 def test_values_per_channel(model, expected):
     """Reference: batch for linear layers, batch x H x W for the smallest conv feature map, batch x T for
     a sequence, counted by hand for a batch of 4 FashionMNIST-sized images."""
-    counter = NormCounter("bn")
-    net = models.create(model, counter, (1, 28, 28), 10)
+    net = models.create(model, norms.factory("bn"), (1, 28, 28), 10)
     net.train()
-    assert counter.values_per_channel(net, torch.randn(4, 1, 28, 28)) == expected
+    values, layouts = models.norm_values_per_channel(net, torch.randn(4, 1, 28, 28))
+    assert values == expected
+    assert layouts == {"flat"} if model.name == "mlp" else layouts  # the layouts the guard suggests norms for
     assert net.training  # the probe ran in eval mode and gave the mode back
-    assert all(m.num_batches_tracked == 0 for m, _ in counter.built)  # no running-statistics update
+    bns = [m for m in net.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    assert bns and all(m.num_batches_tracked == 0 for m in bns)  # no running-statistics update
 
 
 def test_batch_statistics_evaluation_restores_the_model(tiny_cfg):
     """Reference: the model's state before the batch-statistics evaluation (training mode updates BN's
-    running statistics; the reported test_acc must not depend on evaluation order)."""
+    running statistics; the reported test_acc must not depend on evaluation order), and the accuracy
+    counted by hand with each test batch normalized by its own mean and variance."""
     splits = data.load(tiny_cfg.data, torch.device("cpu"))
     net = models.create(replace(tiny_cfg.model, dropout=0.5), norms.factory("bn"), splits.shape, 10).eval()
+    for m in net.modules():  # running statistics far from any batch's, so the two modes must differ
+        if isinstance(m, _BatchNorm):
+            m.running_mean.fill_(3.0)
     before = {k: v.clone() for k, v in net.state_dict().items()}
-    out = extra_evaluations(net, splits, tiny_cfg)
-    assert 0 <= out["test_acc_train_mode"] <= 1
+    out = small_batch.evaluations(net, splits, tiny_cfg)
     for k, v in net.state_dict().items():
         assert torch.equal(v, before[k]), k
     assert not net.training
+    hits = 0
+    with torch.no_grad():
+        for x, y, _ in batches(splits.test_x, splits.test_y, tiny_cfg.batch_size, drop_last=True):
+            h = net.net[0](x)
+            for layer in net.net[1:]:
+                if isinstance(layer, _BatchNorm):  # by hand: the batch's own (biased) statistics
+                    h = (h - h.mean(0)) / torch.sqrt(h.var(0, unbiased=False) + layer.eps) * layer.weight + layer.bias
+                elif not isinstance(layer, torch.nn.Dropout):
+                    h = layer(h)
+            hits += (h.argmax(1) == y).sum().item()
+    n = len(splits.test_x) - len(splits.test_x) % tiny_cfg.batch_size
+    assert out["test_acc_train_mode"] == pytest.approx(hits / n, abs=1e-12)
+    assert out["test_acc_train_mode"] != evaluate(net, batches(splits.test_x[:n], splits.test_y[:n], 1000))[1]
 
 
 def test_layer_norm_is_the_same_in_train_and_eval(tiny_cfg, tmp_path):
