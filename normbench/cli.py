@@ -79,7 +79,7 @@ def _show_logs() -> None:
         logger.propagate = False  # Hydra's job logging would print it a second time
 
 
-def _register_resolvers() -> None:
+def register_resolvers() -> None:
     """`${nb.pid:}` in the run directory's name: runs started in the same second on one machine (a
     script's `cmd & cmd &`) get their own directories."""
     from omegaconf import OmegaConf
@@ -132,10 +132,10 @@ def _hydra_train(argv: list[str]) -> int:
     from omegaconf import OmegaConf
 
     from normbench import cli_errors
-    from normbench.config import Config
+    from normbench.config import Config, schema
 
-    ConfigStore.instance().store(name="base_config", node=Config)
-    _register_resolvers()
+    ConfigStore.instance().store(name="base_config", node=schema())
+    register_resolvers()
     overrides = [a for a in argv if "=" in a and not a.startswith("-")]
     debug = _debug(overrides)
     # What the task saw, for the handlers below: did it start (else an error is Hydra's), how to resume.

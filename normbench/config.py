@@ -84,7 +84,7 @@ _MODEL_FALLBACK: dict[str, Any] = {"hidden": 256, "depth": 2, "channels": [32, 6
 @dataclass
 class ModelConfig:
     # Options left at null take the model's default from MODEL_DEFAULTS.
-    name: str = "mlp"  # mlp | cnn | rnn
+    name: Optional[str] = "mlp"  # mlp | cnn | rnn
     hidden: Optional[int] = None  # MLP width, RNN hidden size, CNN classifier width
     depth: Optional[int] = None  # MLP hidden layers; RNN stacked layers
     channels: Optional[List[int]] = None  # CNN channels, one conv stage each
@@ -93,6 +93,8 @@ class ModelConfig:
     dropout: Optional[float] = None  # dropout before the classifier
 
     def __post_init__(self) -> None:
+        if self.name is None:  # the schema's unchosen model (see `schema()`): nothing to fill in yet
+            return
         defaults = {**_MODEL_FALLBACK, **MODEL_DEFAULTS.get(self.name, {})}
         for key, value in defaults.items():
             if getattr(self, key) is None:
@@ -191,6 +193,13 @@ def _choice(kind: type[Choice], value: Any, key: str) -> Choice:
     except ValueError:
         choices = ", ".join(m.value for m in kind)
         raise UserError(f"unknown {key} {value!r}", f"use one of: {choices}") from None
+
+
+def schema() -> Config:
+    """The node Hydra composes onto (the CLI stores it in the ConfigStore): a Config whose model is not
+    chosen yet, so that `model=cnn` fills in the CNN's defaults when the composed config becomes a
+    `Config`, not the MLP's defaults of a `Config()` built before the group was merged."""
+    return Config(model=ModelConfig(name=None))
 
 
 def runtime_keys(schema: type = Config, prefix: str = "") -> frozenset[str]:

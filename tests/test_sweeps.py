@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from conftest import normbench_cli
 from normbench import norms
-from normbench.config import Config
+from normbench.config import Config, schema
 from normbench.errors import UserError
 from normbench.optim import scaled_lr
 
@@ -20,7 +20,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "normbench" / "configs"
 
 
 def _compose(overrides, hydra=False):
-    ConfigStore.instance().store(name="base_config", node=Config)
+    ConfigStore.instance().store(name="base_config", node=schema())
     with initialize_config_module("normbench.configs", version_base="1.3"):
         return compose("config", overrides=overrides, return_hydra_config=hydra)
 
