@@ -72,7 +72,7 @@ def length_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
 
 
 class RNN(nn.Module):
-    """Image rows as time steps (seed 000): depth x [recurrent layer -> norm on its outputs], then a
+    """Image rows as time steps: depth x [recurrent layer -> norm on its outputs], then a
     linear classifier on the output at each sequence's last real step. With model.placement=recurrent the
     norm sits inside the cell at every step instead (LN-RNN, recurrent BN; see cells.py)."""
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU measurements of issue 5, for a machine with a CUDA GPU. From the repository root:
+# The GPU measurements of docs/performance.md, for a machine with a CUDA GPU. From the repository root:
 #
 #   bash scripts/gpu_check.sh                # ~8 min on one GPU; results in $OUT or outputs/gpu_check
 #   FULL=1 bash scripts/gpu_check.sh         # the whole small-batch study (hours at batch 2; see below)

@@ -250,7 +250,7 @@ def test_data_cifar10_composes_with_typed_augment_keys():
 
 @pytest.mark.parametrize("model,extra", [("mlp", []), ("cnn", ["data.augment=true"]), ("rnn", [])])
 def test_cli_trains_on_cifar10(model, extra, cifar_root, tmp_path):
-    """Reference: DESIGN.md's results.json contract, for data=cifar10 with each model."""
+    """Reference: docs/design.md's results.json contract, for data=cifar10 with each model."""
     run_dir = tmp_path / "run"
     r = patched_cli("train", "data=cifar10", f"model={model}", f"data.root={cifar_root}", "data.val_size=50",
                     "data.download=false", "max_steps=6", "batch_size=16", "log_every=3", "threads=1",

@@ -43,7 +43,7 @@ def test_misspelled_key_fails_at_composition():
 
 
 def test_train_end_to_end(tiny_root, tmp_path):
-    """Reference: DESIGN.md's results.json contract, written into the Hydra run directory."""
+    """Reference: docs/design.md's results.json contract, written into the Hydra run directory."""
     run_dir = tmp_path / "run"
     r = normbench_cli("train", f"data.root={tiny_root}", "data.val_size=100", "data.download=false",
                       "max_steps=20", "batch_size=16", "log_every=5", f"hydra.run.dir={run_dir}", cwd=tmp_path)

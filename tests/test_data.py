@@ -1,4 +1,4 @@
-"""FashionMNIST loading: the IDX format, the search order of DESIGN.md, and clear errors."""
+"""FashionMNIST loading: the IDX format, the search order of docs/design.md, and clear errors."""
 
 
 import numpy as np

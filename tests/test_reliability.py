@@ -1,4 +1,4 @@
-"""Bad input, divergence, sweeps that lose nothing, atomic files, determinism (issue 6).
+"""Bad input, divergence, sweeps that lose nothing, atomic files, determinism (docs/reliability.md).
 
 Every mistake a user can make on the command line must end in one line on stderr saying what is
 wrong and how to fix it, exit status 2, and no traceback; `debug=true` brings the traceback back.
@@ -32,7 +32,7 @@ def quiet(tiny_root, run_dir, **extra) -> list[str]:
 
 
 def assert_one_line_error(r, *needles: str, code: int = 2) -> str:
-    """Reference: issue 6's contract for user mistakes: exit 2, one stderr line, no traceback."""
+    """Reference: docs/design.md's contract for user mistakes: exit 2, one stderr line, no traceback."""
     err = r.stderr.strip()
     assert r.returncode == code, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr, r.stderr
@@ -88,7 +88,7 @@ BAD_INPUTS = {
 
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
 def test_bad_input_is_one_line(case, tiny_root, tmp_path):
-    """Reference: issue 6, 'Validation before any work' (one line, exit 2, no traceback)."""
+    """Reference: docs/reliability.md, 'Validation before any work' (one line, exit 2, no traceback)."""
     extra, needles = BAD_INPUTS[case]
     run_dir = tmp_path / "run"
     r = normbench_cli("train", *quiet(tiny_root, run_dir, **extra), cwd=tmp_path)
@@ -132,7 +132,7 @@ def test_runner_refuses_unwritable_run_dir(tiny_cfg, tmp_path):
 
 
 def test_dataset_missing(tmp_path):
-    """Reference: DESIGN.md's three remedies. The Debian copy is hidden by pointing the search at nothing."""
+    """Reference: docs/design.md's three remedies. The Debian copy is hidden by pointing the search at nothing."""
     code = ("import sys, pathlib; from normbench.data import fashion_mnist as f; "
             "f.DEBIAN_DIR = pathlib.Path('/nonexistent'); from normbench.cli import main; "
             "sys.exit(main(sys.argv[1:]))")
@@ -198,7 +198,7 @@ def test_sweep_with_an_unknown_value_runs_nothing(tiny_root, tmp_path):
 
 
 def test_sweep_goes_on_past_a_failed_and_a_diverged_run(tiny_root, tmp_path):
-    """Reference: issue 6 -- in a sweep, a failed run (BN at batch size 1) and a diverged one (SGD at
+    """Reference: docs/reliability.md -- in a sweep, a failed run (BN at batch size 1) and a diverged one (SGD at
     lr=1e6 without a norm) each leave a results.json that says so, and the other runs complete."""
     sweep = tmp_path / "sweep"
     args = [a for a in quiet(tiny_root, "x") if not a.startswith(("hydra.", "batch_size"))]

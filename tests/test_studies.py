@@ -77,7 +77,7 @@ def test_layer_norm_is_the_same_in_train_and_eval(tiny_cfg, tmp_path):
 
 
 def test_variable_length_run_records_every_test(tiny_cfg, tmp_path):
-    """Reference: DESIGN.md's variable-length report: accuracy per test length (inside the trained range
+    """Reference: docs/design.md's variable-length study: accuracy per test length (inside the trained range
     and longer), on mixed lengths, and under heavy padding, each also with batch statistics."""
     cfg = replace(tiny_cfg, model=ModelConfig(name="rnn", hidden=16), norm=replace(tiny_cfg.norm, masked=False),
                   varlen=VarLenConfig(enabled=True, min_len=10, max_len=20, test_lengths=[10, 20, 30]))

@@ -43,7 +43,7 @@ def test_unknown_lr_scaling_is_a_user_error():
 
 
 def test_small_batch_experiment_composes():
-    """Reference: issue 4's study: SGD with linear lr scaling, both the MLP and the CNN, batch sizes 2..128,
+    """Reference: docs/regimes.md's study: SGD with linear lr scaling, both the MLP and the CNN, batch sizes 2..128,
     3 seeds, one torch thread per job, the local joblib launcher."""
     cfg = _compose(["experiment=small_batch"], hydra=True)
     assert cfg.lr_scaling == "linear" and cfg.optimizer == "sgd" and cfg.threads == 1
@@ -60,7 +60,7 @@ def _rnn_norm_options():
 
 @pytest.mark.parametrize("option", _rnn_norm_options())
 def test_variable_length_experiment_composes(option):
-    """Reference: DESIGN.md's variable-length study: the RNN, lengths 10-28, tests at 36 and 42 and under
+    """Reference: docs/regimes.md's variable-length study: the RNN, lengths 10-28, tests at 36 and 42 and under
     2x padding; each rnn_norm option selects the norm and placement its file names."""
     text = (CONFIGS / "rnn_norm" / f"{option}.yaml").read_text()
     norm = text.split("override /norm: ")[1].split()[0]
@@ -76,7 +76,7 @@ def test_variable_length_experiment_composes(option):
 
 
 def test_variable_length_sweep_names_every_variant():
-    """Reference: issue 4's list: none, naive BN, masked BN, recurrent BN, LN (output and recurrent), RMS."""
+    """Reference: docs/regimes.md's list: none, naive BN, masked BN, recurrent BN, LN (output and recurrent), RMS."""
     cfg = _compose(["experiment=variable_length"], hydra=True)
     assert set(cfg.hydra.sweeper.params.rnn_norm.split(",")) == set(_rnn_norm_options()) == {
         "none", "bn_naive", "bn_masked", "bn_recurrent", "ln", "ln_recurrent", "rms"}

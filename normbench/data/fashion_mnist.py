@@ -1,4 +1,4 @@
-"""FashionMNIST from its 4 IDX files, found in this order (DESIGN.md):
+"""FashionMNIST from its 4 IDX files, found in this order (docs/design.md):
 
 1. `data.root`/FashionMNIST/raw/ (torchvision's layout; `.gz` or extracted),
 2. the Debian package `dataset-fashion-mnist` (/usr/share/datasets/fashion-mnist/*.gz),

@@ -95,9 +95,8 @@ def batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, *, shuffle: bool 
         for i in range(0, stop, batch_size):
             yield x[i:i + batch_size], y[i:i + batch_size], None
         return
-    # The permutation moves to the data's device once per epoch, not once per batch: at batch 2 the
-    # per-batch move and advanced indexing (x[idx]) cost ~3% of an MLP step (normbench bench). Slices
-    # are cut one at a time: the ~27k views of a whole epoch at once slowed an RNN's steps by ~5%.
+    # The permutation moves to the data's device once per epoch, not once per batch, and slices are cut
+    # one at a time, not an epoch's views at once: both measured in docs/performance.md ("Batches").
     order = torch.randperm(n, generator=generator, device=generator.device if generator else "cpu").to(x.device)
     for i in range(0, stop, batch_size):
         idx = order[i:i + batch_size]
