@@ -22,7 +22,15 @@ export SLURM_CONF=$CONF
 say() { echo "slurm_local: $*" >&2; }
 die() { say "error: $*"; exit 1; }
 alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
-ours() { cat "$STATE/started/$1" 2>/dev/null || true; }   # pid of a daemon this script started, if any
+# The pid of a daemon this script started and that still runs, if any (checked by name, so a pid the
+# system has since given to another process is never taken for it, nor killed).
+ours() {
+  local name=$1 pid comm
+  pid=$(cat "$STATE/started/$name" 2>/dev/null) || return 0
+  comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 0
+  [ "$comm" = "$name" ] || [ "$name.$comm" = mariadb.mariadbd ] && echo "$pid"
+  return 0
+}
 
 # Wait up to $2 seconds for the command $1 to succeed.
 wait_for() {
@@ -151,7 +159,8 @@ cmd_start() {
   local t0=$SECONDS
   [ "$(id -u)" = 0 ] || die "run as root (sudo): the daemons switch users and write under /run"
   install_packages
-  write_configs
+  # Rewrite the configs only when no daemon of ours reads them (a second `start` changes nothing).
+  alive "$(ours slurmctld)" || alive "$(ours slurmd)" || alive "$(ours slurmdbd)" || write_configs
   start_munge
   start_mariadb
   start_slurm_daemon slurmdbd
