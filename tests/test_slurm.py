@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import REPO, normbench_cli, write_tiny_fashion_mnist
 
 SCRIPT = REPO / "scripts" / "slurm_local.sh"
@@ -56,15 +55,15 @@ def cluster():
         pytest.skip("starting SLURM's daemons needs root (run as root, or see docs/cluster.md)")
     if not _installed() and not shutil.which("apt-get"):
         pytest.skip("slurm-wlm/slurmdbd/munge/mariadb-server are not installed and there is no apt-get")
-    was_up = subprocess.run([str(SCRIPT), "status"], capture_output=True).returncode == 0
+    was_up = subprocess.run([str(SCRIPT), "status"], capture_output=True, check=False).returncode == 0
     t0 = time.monotonic()
-    r = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=600, check=False)
     TIMINGS["cluster start"] = time.monotonic() - t0
     assert r.returncode == 0, f"scripts/slurm_local.sh start failed:\n{r.stdout}\n{r.stderr}"
     yield
     if not was_up:
         t0 = time.monotonic()
-        r = subprocess.run([str(SCRIPT), "stop"], capture_output=True, text=True, timeout=300)
+        r = subprocess.run([str(SCRIPT), "stop"], capture_output=True, text=True, timeout=300, check=False)
         TIMINGS["cluster stop"] = time.monotonic() - t0
         assert r.returncode == 0, r.stderr
     print("\nslurm timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in TIMINGS.items()), file=sys.stderr)
@@ -102,9 +101,12 @@ def array_tasks(sweep: Path) -> dict[str, tuple[str, int, int]]:
     out = {}
     for row in rows:
         job, state, start, end = row.split("|")
-        to_s = lambda t: int(time.mktime(time.strptime(t, "%Y-%m-%dT%H:%M:%S")))  # noqa: E731
-        out[job] = (state.split()[0], to_s(start), to_s(end))
+        out[job] = (state.split()[0], _epoch_s(start), _epoch_s(end))
     return out
+
+
+def _epoch_s(sacct_time: str) -> int:
+    return int(time.mktime(time.strptime(sacct_time, "%Y-%m-%dT%H:%M:%S")))
 
 
 def test_sweep_runs_on_slurm_and_summarizes(cluster, data_root, tmp_path):
