@@ -188,6 +188,11 @@ def _hydra_train(argv: list[str]) -> int:
               f"command with {seen['again']}", file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
     except Exception as e:
+        if type(e).__name__ == "UncompletedJobError":  # submitit: a SLURM task was killed before its result
+            print(f"normbench: error: {' '.join(str(e).splitlines()[:2])}; the sweep's other runs go on (squeue); "
+                  "rerun the same command with resume=true and the same hydra.sweep.dir to continue the "
+                  "unfinished runs from checkpoint.pt", file=sys.stderr)
+            return 1
         explained = None if seen["task"] else cli_errors.explain(e, overrides)
         if explained is None:
             if isinstance(e, OSError) and not seen["task"]:
