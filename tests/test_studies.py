@@ -12,7 +12,6 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from normbench import data, models, norms
 from normbench.config import ModelConfig, VarLenConfig
 from normbench.data import batches
-from normbench.engine import evaluate
 from normbench.errors import UserError
 from normbench.runner import run
 from normbench.studies import small_batch
@@ -62,7 +61,6 @@ def test_batch_statistics_evaluation_restores_the_model(tiny_cfg):
             hits += (h.argmax(1) == y).sum().item()
     n = len(splits.test_x) - len(splits.test_x) % tiny_cfg.batch_size
     assert out["test_acc_train_mode"] == pytest.approx(hits / n, abs=1e-12)
-    assert out["test_acc_train_mode"] != evaluate(net, batches(splits.test_x[:n], splits.test_y[:n], 1000))[1]
 
 
 def test_layer_norm_is_the_same_in_train_and_eval(tiny_cfg, tmp_path):
