@@ -94,6 +94,17 @@ def _sweep_domains(hc) -> dict[str, list]:
     return domains
 
 
+def _sweep_subdir() -> str:
+    """`${normbench_sweep_subdir:}` in config.yaml: this job's run directory, named by what its sweep varies."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from normbench.run_names import sweep_subdir
+
+    hc = HydraConfig.get()
+    varying = [k for k, v in _sweep_domains(hc).items() if len(v) > 1]
+    return sweep_subdir(varying, list(hc.overrides.task), hc.job.num)
+
+
 def _hydra_train(argv: list[str]) -> int:
     import hydra
     from hydra.core.config_store import ConfigStore
@@ -105,6 +116,7 @@ def _hydra_train(argv: list[str]) -> int:
     from normbench.config import Config
 
     ConfigStore.instance().store(name="base_config", node=Config)
+    OmegaConf.register_new_resolver("normbench_sweep_subdir", _sweep_subdir, replace=True)
     overrides = [a for a in argv if "=" in a and not a.startswith("-")]
     debug = _debug(overrides)
     # What the task saw, for the handlers below: did it start (else an error is Hydra's), how to resume.

@@ -194,12 +194,19 @@ def compare(t: Table, ref: str) -> None:
 
 def sweep_axes(runs: list[Run]) -> tuple[dict[str, list[str]], dict[str, Any]]:
     """What varied across the runs (key -> its values) and what every run set to one value other than
-    its model's default (key -> value); runtime keys are neither."""
+    its model's default (key -> value); runtime keys are neither. A norm's own options (bn's momentum
+    next to ln's none) vary only if they vary among the runs of one norm."""
     configs = [r for r in runs if r.config]
     keys = sorted({k for r in configs for k in r.config} - runtime_keys())
+    by_norm: dict[Any, list[Run]] = defaultdict(list)
+    for r in configs:
+        by_norm[r.config.get("norm.name")].append(r)
     varied, constant = {}, {}
     for k in keys:
         values = [r.config.get(k) for r in configs]
+        option = k.startswith("norm.") and k != "norm.name"
+        if option and all(_same(r.config.get(k) for r in group) for group in by_norm.values()):
+            continue
         if not _same(values):
             distinct = {json.dumps(v, sort_keys=True): v for v in values}.values()
             varied[k] = sorted((fmt_value(v) for v in distinct), key=col_key)
