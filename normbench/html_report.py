@@ -68,10 +68,11 @@ def _commands(s: Summary) -> list[str]:
     sweeps = []
     for path in sorted(s.root.rglob("multirun.yaml")):
         try:
-            task = yaml.safe_load(path.read_text())["hydra"]["overrides"]["task"]
+            overrides = yaml.safe_load(path.read_text())["hydra"]["overrides"]
         except (yaml.YAMLError, KeyError, TypeError):
             continue
-        sweeps.append("normbench train -m " + " ".join(str(o) for o in task or []))
+        hydra = [str(o) for o in overrides.get("hydra") or [] if not str(o).startswith("hydra.mode=")]
+        sweeps.append("normbench train -m " + " ".join([*hydra, *(str(o) for o in overrides.get("task") or [])]))
     if sweeps:
         return sweeps
     return list(dict.fromkeys("normbench train " + " ".join(r.overrides) for r in s.runs if r.overrides))
@@ -106,7 +107,7 @@ def to_html(s: Summary, svgs: dict[str, str]) -> str:
             " ".join(f"{k}={v}" for k, v in s.constant.items())) + "</p>")
     for t in s.tables:
         parts.append(f"<h2>{escape(t.title)}</h2>{_results_table(t)}<p class=\"caption\">{escape(report.caption(t))}</p>")
-        for note in getattr(t, "notes", []):
+        for note in t.notes:
             parts.append(f"<p class=\"caption\">{escape(note)}</p>")
         if t.comparisons:
             parts.append(f"<h3>paired vs {escape(str(t.ref))}</h3>{_paired_table(t)}"

@@ -60,7 +60,8 @@ def table_rows(t: Table) -> tuple[list[str], list[list[str]], list[list[bool]]]:
         body.append(["values/channel", *[values_per_channel(t, c) for c in t.cols]])
         best.append([False] * (len(t.cols) + 1))
     for r in t.rows:
-        body.append([r, *[format_cell(t.cells.get((r, c)), n) for c in t.cols]])
+        body.append([r, *[" ".join(filter(None, (format_cell(t.cells.get((r, c)), n), t.chosen.get((r, c)))))
+                          for c in t.cols]])
         best.append([False, *[r in t.best.get(c, ()) for c in t.cols]])
     return header, body, best
 
@@ -120,6 +121,7 @@ def to_markdown(s: Summary, figures: dict[str, Path] | None = None) -> str:
                   "|" + "---|" * len(header)]
         for row, marks in zip(body, best):
             lines.append("| " + " | ".join(f"**{v}**" if m and v else v for v, m in zip(row, marks)) + " |")
+        lines += [f"_{note}_" for note in t.notes] + [""] * bool(t.notes)
         lines.append("")
         if t.comparisons:
             head = paired_header(t)
@@ -180,7 +182,8 @@ def to_json(s: Summary) -> str:
     return json.dumps({
         "root": str(s.root), "runs": dict(Counter(r.status for r in s.runs)), "ref": s.ref,
         "level": 0.95, "varied": s.varied, "constant": s.constant, "groups": groups, "comparisons": comparisons,
-        "selected": [sel for t in s.tables for sel in getattr(t, "selected", [])],
+        "selected": [{"study": t.study, "data": t.data, "model": t.model, "metric": t.metric, "norm": r,
+                      "axis": c, "chosen": v} for t in s.tables for (r, c), v in t.chosen.items()],
         "problems": [{"path": str(r.path), "status": r.status, "note": r.note} for r in s.problems],
     }, indent=2, default=str) + "\n"
 
@@ -205,6 +208,8 @@ def print_summary(s: Summary, console=None) -> None:
                        end_section=bool(t.values_per_channel) and i == 0)
         console.print(rt)
         console.print(f"[dim]{caption(t)}[/]")
+        for note in t.notes:
+            console.print(f"[dim]{note}[/]")
         if t.comparisons:
             pt = RichTable(title=f"paired vs {t.ref}", title_justify="left")
             for i, h in enumerate(paired_header(t)):

@@ -121,6 +121,8 @@ class Table:
     ref: str | None = None  # the row the comparisons are against (None: not in this table)
     comparisons: list[Comparison] = field(default_factory=list)
     best: dict[str, set[str]] = field(default_factory=dict)  # column -> rows not significantly below the top
+    chosen: dict[tuple[str, str], str] = field(default_factory=dict)  # --select: cell -> "lr=0.01", "lr=0.1 ⚑"
+    notes: list[str] = field(default_factory=list)  # said under the table in every format
 
     @property
     def axis(self) -> str:

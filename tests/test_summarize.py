@@ -279,3 +279,51 @@ def test_summarize_reads_a_sweep_without_torch_or_tensorboard(tmp_path):
                        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def lr_sweep(root: Path) -> dict:
+    """bn and gn at batch 4 over an lr grid of three, three seeds each: bn's validation accuracy peaks
+    in the middle of the grid, gn's at its largest lr; test accuracies differ from validation ones."""
+    val = {("bn", 0.001): 0.70, ("bn", 0.003): 0.80, ("bn", 0.01): 0.75,
+           ("gn", 0.001): 0.60, ("gn", 0.003): 0.65, ("gn", 0.01): 0.72}
+    test = {}
+    for (norm, lr), v in val.items():
+        for seed in range(3):
+            test[norm, lr, seed] = v - 0.05 + 0.01 * seed
+            write_run(root, f"{norm}_{lr}_{seed}", norm=norm, bs=4, seed=seed, config={"lr": lr},
+                      val_acc=v + 0.001 * seed, test_acc=test[norm, lr, seed])
+    return test
+
+
+def test_select_lr_picks_on_validation_and_reports_test(tmp_path):
+    """Reference: the hand-made grid: bn's best mean val_acc is at lr 0.003, gn's at 0.01 (the edge of
+    the grid: flagged); each cell's test accuracy is the mean over the seeds at that lr alone."""
+    test = lr_sweep(tmp_path)
+    r = normbench_cli("summarize", str(tmp_path), "--no-plots", "--select", "lr", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = _csv(tmp_path / "summary.csv")
+    assert set(rows) == {("mlp", "bn", "test_acc", "4"), ("mlp", "gn", "test_acc", "4")}  # lr not in the labels
+    for norm, lr in (("bn", 0.003), ("gn", 0.01)):
+        cell = rows["mlp", norm, "test_acc", "4"]
+        assert int(cell["n"]) == 3
+        assert float(cell["mean"]) == pytest.approx(statistics.fmean(test[norm, lr, s] for s in range(3)), rel=1e-12)
+    selected = {s["norm"]: s["chosen"] for s in json.loads((tmp_path / "summary.json").read_text())["selected"]
+                if s["metric"] == "test_acc"}
+    assert selected == {"bn": "lr=0.003", "gn": "lr=0.01 ⚑"}
+    assert "lr=0.01 ⚑" in r.stdout and "edge of the grid" in r.stdout
+
+
+def test_without_select_lrs_are_separate_rows(tmp_path):
+    """Reference: the same grid without --select: every (norm, lr) is its own row, labelled by its lr
+    (the default lr 0.001 unlabelled)."""
+    lr_sweep(tmp_path)
+    files, _ = _summarize(tmp_path, plots=False)
+    labels = {norm for (_, norm, _, _) in _csv(files["csv"])}
+    assert labels == {"bn", "bn lr=0.003", "bn lr=0.01", "gn", "gn lr=0.003", "gn lr=0.01"}
+
+
+def test_select_needs_a_swept_key(tmp_path):
+    """Reference: normbench's one-line user errors: --select lr on runs at one lr says how to fix it."""
+    sleep_sweep(tmp_path)
+    r = normbench_cli("summarize", str(tmp_path), "--no-plots", "--select", "lr", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "do not vary lr" in r.stderr
