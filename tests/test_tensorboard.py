@@ -105,9 +105,9 @@ def test_sweep_runs_are_named_by_what_varies(summarized_sweep, tensorboard_serve
     base = tensorboard_server(summarized_sweep, n_runs=8 + 3)
     runs = set(_get(f"{base}/data/runs"))
     training = {r for r in runs if not r.startswith("summary")}
-    expected = {f"{norm}/bs={bs}/seed={seed}" for norm in ("bn", "ln") for bs in (8, 16) for seed in (0, 1)}
-    assert {r.rpartition("/")[0] for r in training} == expected
-    assert sorted(int(r.rpartition("/job")[2]) for r in training) == list(range(8))
+    expected = {f"{norm},bs={bs},seed={seed}" for norm in ("bn", "ln") for bs in (8, 16) for seed in (0, 1)}
+    assert {r.rpartition(",")[0] for r in training} == expected
+    assert sorted(int(r.rpartition(",job")[2]) for r in training) == list(range(8))
     assert {"summary", "summary/bn", "summary/ln"} <= runs and "tensorboard" not in runs
     tags = _get(f"{base}/data/plugin/scalars/tags")
     assert all("epoch" not in tags[r] and "step" not in tags[r] for r in training)  # no bookkeeping cards
@@ -145,7 +145,7 @@ def test_custom_scalars_layout_has_one_band_per_norm(summarized_sweep, tensorboa
     for run_name in ("summary/bn", "summary/ln"):
         assert {series["value"], series["lower"], series["upper"]} <= set(tags[run_name])
     mean = _get(f"{base}/data/plugin/scalars/scalars?run=summary/bn&tag={series['value']}")
-    seeds = [r for r in tags if r.startswith("bn/bs=8/")]
+    seeds = [r for r in tags if r.startswith("bn,bs=8,")]
     per_seed = [{e[1]: e[2] for e in _get(f"{base}/data/plugin/scalars/scalars?run={r}&tag=loss/train")}
                 for r in seeds]
     assert len(seeds) == 2 and mean
