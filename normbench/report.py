@@ -1,8 +1,7 @@
-"""How `normbench summarize` shows a `Summary`: in the terminal (rich), as Markdown, CSV and JSON; and
-`write_all`, which writes every file (these, the HTML page, the plots, TensorBoard's runs).
+"""How `normbench summarize` shows a `Summary` as text: in the terminal (rich), as Markdown, CSV and JSON.
 
     header, body, best = table_rows(table)         # the same cells for every text format
-    print_summary(summary); files = write_all(summary, out_dir)
+    print_summary(summary); text = to_markdown(summary, figures)
 
 Accuracies in percent: mean [95% t-interval] over seeds; (n) where n < 3 or differs from the table's
 usual n; †k / ✗k for k diverged / failed runs in that cell (never in the mean). Bold: the top mean of a
@@ -17,7 +16,6 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from normbench.results import atomic_write_text
 from normbench.tables import MIN_N, Cell, Comparison, Summary, Table
 
 LEVEL_TEXT = "95%"
@@ -227,32 +225,3 @@ def print_summary(s: Summary, console=None) -> None:
         for r in s.problems:
             rt.add_row(_rel(r, s.root), r.status, r.note.splitlines()[0] if r.note else "")
         console.print(rt)
-
-
-def write_all(s: Summary, out: Path, plots: bool = True) -> dict[str, Path]:
-    """summary.csv, summary_paired.csv, summary.json, summary.md, summary.html; with `plots`, the PNG
-    figures (also inline in the HTML page) and TensorBoard's summary runs under out/summary/."""
-    from normbench import html_report
-
-    out.mkdir(parents=True, exist_ok=True)
-    files = {"csv": out / "summary.csv", "paired_csv": out / "summary_paired.csv", "json": out / "summary.json",
-             "md": out / "summary.md", "html": out / "summary.html"}
-    atomic_write_text(files["csv"], to_csv(s.tables))
-    atomic_write_text(files["paired_csv"], to_paired_csv(s.tables))
-    atomic_write_text(files["json"], to_json(s))
-    figures, svgs = {}, {}
-    if plots:
-        from normbench import plots as plotting
-
-        rendered = plotting.render_all(s, out)
-        figures = {name: png for name, (png, _) in rendered.items()}
-        svgs = {name: svg for name, (_, svg) in rendered.items()}
-    markdown = to_markdown(s, figures)
-    atomic_write_text(files["md"], markdown)
-    atomic_write_text(files["html"], html_report.to_html(s, svgs))
-    if plots:
-        from normbench import tb_aggregate
-
-        tb_aggregate.write(s, out / tb_aggregate.SUBDIR, figures, markdown)
-        files.update(figures)
-    return files

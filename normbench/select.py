@@ -1,6 +1,7 @@
 """`normbench summarize DIR --select lr`: one learning rate per cell, chosen on validation accuracy.
 
-    tables = select_tables(runs, "lr", ref="bn", varied=...)
+    chosen = choose(runs, "lr", labels)              # summarize.compute does this with --select lr
+    kept = [r for r in runs if kept_by(chosen, r, labels, "lr")]; annotate(tables, chosen, "lr", grid)
 
 For every cell (study x data x model x norm label x batch size; per norm label in the variable-length
 study, whose columns are test lengths of the same runs), the value of the selected key whose runs have
@@ -16,8 +17,6 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from normbench.errors import UserError
-from normbench.summarize import build_tables, label_runs
 from normbench.tables import Run, Table, fmt_value
 
 EDGE = "⚑"
@@ -42,23 +41,22 @@ def choose(runs: list[Run], key: str, labels: dict) -> dict[tuple, tuple[Any, bo
     return chosen
 
 
-def select_tables(runs: list[Run], key: str, ref: str, varied: dict[str, list[str]]) -> list[Table]:
-    if key not in varied:
-        raise UserError(f"--select {key}: the runs do not vary {key}", f"sweep it, e.g. {key}=1e-3,3e-3,1e-2")
-    labels = label_runs(runs, pooled=frozenset({key}))
-    chosen = choose(runs, key, labels)
-    kept = [r for r in runs if r.config and (c := chosen.get(_cell_key(r, labels[r.path]))) is not None
-            and r.config.get(key) == c[0]]
-    tables = build_tables(kept, labels, ref)
+def kept_by(chosen: dict, run: Run, labels: dict, key: str) -> bool:
+    """Is `run` at its cell's chosen value? (Failed and diverged runs there too: their cell marks them.)"""
+    c = chosen.get(_cell_key(run, labels.get(run.path))) if run.config else None
+    return c is not None and run.config.get(key) == c[0]
+
+
+def annotate(tables: list[Table], chosen: dict, key: str, grid: list[str]) -> None:
+    """Write each cell's chosen value (⚑ at the edge) and a note on how it was chosen into the tables."""
     for t in tables:
+        varlen = t.kind == "variable_length"
         for row in t.rows:
             for col in t.cols:
-                cell = (t.kind == "variable_length", t.study, t.data, t.model, row,
-                        None if t.kind == "variable_length" else int(col))
+                cell = (varlen, t.study, t.data, t.model, row, None if varlen else int(col))
                 if cell in chosen:
                     value, edge, _ = chosen[cell]
                     t.chosen[row, col] = f"{key}={fmt_value(value)}" + f" {EDGE}" * edge
         t.notes.append(f"{key} chosen per cell by the best mean validation accuracy over seeds (test accuracy "
-                       f"shown); {EDGE}: the choice is at the edge of the grid tried "
-                       f"({', '.join(varied[key])}): a wider grid might choose differently")
-    return tables
+                       f"shown); {EDGE}: the choice is at the edge of the grid tried ({', '.join(grid)}): a wider "
+                       f"grid might choose differently")

@@ -25,9 +25,20 @@ from typing import Any
 from normbench import stats
 from normbench.config import Config, ModelConfig, runtime_keys, to_dict
 from normbench.errors import UserError
-from normbench.results import RESULTS, read_results
-from normbench.tables import (METRICS, VARLEN, Cell, Comparison, Run, Summary, Table, col_key, flatten,
-                              fmt_value, row_key)
+from normbench.results import RESULTS, atomic_write_text, read_results
+from normbench.tables import (
+    METRICS,
+    VARLEN,
+    Cell,
+    Comparison,
+    Run,
+    Summary,
+    Table,
+    col_key,
+    flatten,
+    fmt_value,
+    row_key,
+)
 
 # Settings that never make two runs different experiments: seed is what a cell pools over; the names
 # are the table and the row themselves; the test lengths are the columns.
@@ -226,13 +237,48 @@ def compute(root: Path, ref: str = "bn", select: str | None = None) -> Summary:
         raise UserError(f"no runs under {root} (no results.json, no Hydra run directory)",
                         "point it at a sweep directory or at outputs/")
     varied, constant = sweep_axes(runs)
-    if select is not None:
+    if select is None:
+        tables = build_tables(runs, label_runs(runs), ref)
+    else:  # one value of `select` per cell, chosen on validation accuracy
         from normbench import select as selection
 
-        tables = selection.select_tables(runs, select, ref, varied)
-    else:
-        tables = build_tables(runs, label_runs(runs), ref)
+        if select not in varied:
+            raise UserError(f"--select {select}: the runs do not vary {select}",
+                            f"sweep it, e.g. {select}=1e-3,3e-3,1e-2")
+        labels = label_runs(runs, pooled=frozenset({select}))
+        chosen = selection.choose(runs, select, labels)
+        tables = build_tables([r for r in runs if selection.kept_by(chosen, r, labels, select)], labels, ref)
+        selection.annotate(tables, chosen, select, varied[select])
     return Summary(root, runs, tables, varied, constant, ref)
+
+
+def write_files(s: Summary, out: Path, plots: bool = True) -> dict[str, Path]:
+    """summary.csv, summary_paired.csv, summary.json, summary.md, summary.html; with `plots`, the PNG
+    figures (also inline in the HTML page) and TensorBoard's summary runs under out/summary/."""
+    from normbench import html_report, report
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"csv": out / "summary.csv", "paired_csv": out / "summary_paired.csv", "json": out / "summary.json",
+             "md": out / "summary.md", "html": out / "summary.html"}
+    atomic_write_text(files["csv"], report.to_csv(s.tables))
+    atomic_write_text(files["paired_csv"], report.to_paired_csv(s.tables))
+    atomic_write_text(files["json"], report.to_json(s))
+    figures, svgs = {}, {}
+    if plots:
+        from normbench import plots as plotting
+
+        rendered = plotting.render_all(s, out)
+        figures = {name: png for name, (png, _) in rendered.items()}
+        svgs = {name: svg for name, (_, svg) in rendered.items()}
+    markdown = report.to_markdown(s, figures)
+    atomic_write_text(files["md"], markdown)
+    atomic_write_text(files["html"], html_report.to_html(s, svgs))
+    if plots:
+        from normbench import tb_aggregate
+
+        tb_aggregate.write(s, out / tb_aggregate.SUBDIR, figures, markdown)
+        files.update(figures)
+    return files
 
 
 def summarize(root: Path, out: Path | None = None, plots: bool = True, console=None, ref: str = "bn",
@@ -243,7 +289,7 @@ def summarize(root: Path, out: Path | None = None, plots: bool = True, console=N
 
     summary = compute(root, ref, select)
     report.print_summary(summary, console)
-    return report.write_all(summary, Path(out or root), plots=plots)
+    return write_files(summary, Path(out or root), plots=plots)
 
 
 def main(argv: list[str]) -> int:

@@ -11,16 +11,24 @@ tracker keeps them). Nothing here computes a metric.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 from tensorboard.compat.proto.summary_pb2 import Summary
 
 from normbench.config import runtime_keys
-from normbench.tables import flatten  # noqa: F401  (guards.py reads it from here)
+from normbench.tables import flatten  # guards.py reads it from here
 
 # The HParams columns every run has: what the run is. A sweep adds the keys it varies.
 IDENTITY = ("model.name", "norm.name", "data.name")
@@ -169,7 +177,8 @@ class TensorBoardTracker(NullTracker):
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(log_dir))
-        self.config, self.discrete = config, discrete or {}
+        # Plain JSON values: a dataclasses.asdict config holds enum members, which YAML cannot write.
+        self.config, self.discrete = json.loads(json.dumps(config, default=str)), discrete or {}
         self.last_step = 0
 
     def scalars(self, step: int, values: dict[str, float]) -> None:

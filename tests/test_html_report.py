@@ -7,9 +7,9 @@ import subprocess
 import tempfile
 
 import pytest
+from test_summarize import _summarize, sleep_sweep, small_batch_sweep
 
 from normbench.summarize import summarize
-from test_summarize import _summarize, sleep_sweep, small_batch_sweep
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",

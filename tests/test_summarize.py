@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO, normbench_cli
 from rich.console import Console
 from scipy import stats as scipy_stats
 
-from conftest import REPO, normbench_cli
 from normbench.config import Config, ModelConfig, to_dict
 from normbench.results import write_results
 from normbench.summarize import summarize
