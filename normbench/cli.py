@@ -81,12 +81,15 @@ def _show_logs() -> None:
 
 def register_resolvers() -> None:
     """`${nb.pid:}` in the run directory's name: runs started in the same second on one machine (a
-    script's `cmd & cmd &`) get their own directories."""
+    script's `cmd & cmd &`) get their own directories; `${nb.sweep_subdir:}` names a sweep's job by
+    what the sweep varies."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("nb.pid"):
         # Cached, and Hydra copies the cache into every job of a sweep: the parent's pid, resolved once.
         OmegaConf.register_new_resolver("nb.pid", os.getpid, use_cache=True)
+    if not OmegaConf.has_resolver("nb.sweep_subdir"):
+        OmegaConf.register_new_resolver("nb.sweep_subdir", _sweep_subdir)
 
 
 def _on_sigterm(signum, frame):
@@ -122,6 +125,17 @@ def _sweep_domains(hc) -> dict[str, list]:
         except Exception:  # noqa: BLE001  the HParams domain is a convenience, never a reason to fail a run
             continue
     return domains
+
+
+def _sweep_subdir() -> str:
+    """`${nb.sweep_subdir:}` in config.yaml: this job's run directory, named by what its sweep varies."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from normbench.run_names import sweep_subdir
+
+    hc = HydraConfig.get()
+    varying = [k for k, v in _sweep_domains(hc).items() if len(v) > 1]
+    return sweep_subdir(varying, list(hc.overrides.task), hc.job.num)
 
 
 def _hydra_train(argv: list[str]) -> int:

@@ -1,26 +1,29 @@
-"""The plots of `normbench summarize`, as PNG files and as TensorBoard figures.
+"""The plots of `normbench summarize`, as PNG files and as SVG text for the HTML page.
 
-    figures = plot_all(tables, out_dir)   # {"small_batch_fashion_mnist": out_dir/"small_batch_fashion_mnist.png"}
-    log_to_tensorboard(figures, markdown, out_dir / "tensorboard")
+    rendered = render_all(summary, out_dir)   # {"sweep_fashion_mnist": (out_dir/"sweep_fashion_mnist.png", "<svg ...")}
 
-Small batch: one panel per model, test accuracy vs batch size (log x), one line per norm with error
-bars (std over seeds), dashed where a batch-dependent norm is evaluated with batch statistics; and one
-panel with the same accuracies against the number of values each BN channel averages over (batch for
-an MLP, batch x H x W for a CNN), where the two models' BN curves should line up if that number is what
-decides BN's fate. Variable length: accuracy vs test length, and the mixed-length / heavy-padding tests.
+Every error bar is the 95% t-interval of the mean over seeds (the titles say so). Batch sizes: one
+panel per model, test accuracy vs batch size (log x), one line per norm, dashed where the norm was also
+evaluated with batch statistics and that changed its accuracy (batch-dependent norms); and one panel
+with the same accuracies against the number of values each channel's statistics average over (batch
+for an MLP, batch x H x W for a CNN). Variable length: accuracy vs test length, and the mixed-length /
+heavy-padding tests as bars. Paired: a forest plot of each norm's per-seed difference from the
+reference, one row per norm x column, with its interval and the zero line.
 Uses matplotlib's object API only (no pyplot): nothing global changes in the caller's process.
 """
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from normbench.summarize import row_key
+from normbench.tables import VARLEN, Summary, Table
 
 MARKERS = "os^vD<>ph*"
 MODEL_ORDER = ["mlp", "cnn", "rnn"]
+CI_NOTE = "error bars: 95% t-interval of the mean over seeds"
 
 
 def _log2_axis(ax, ticks: list[int]) -> None:
@@ -31,15 +34,6 @@ def _log2_axis(ax, ticks: list[int]) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
 
 
-def _batch_dependent(label: str) -> bool:
-    from normbench import norms
-
-    try:
-        return norms.get(label.split(" ")[0]).batch_dependent
-    except Exception:  # a norm this version does not know: draw it as batch-independent
-        return False
-
-
 def _colors(labels: list[str]) -> dict[str, tuple]:
     from matplotlib import colormaps
 
@@ -47,71 +41,91 @@ def _colors(labels: list[str]) -> dict[str, tuple]:
     return {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
 
 
-def _series(t, label: str, numeric_only: bool = True):
+def _err(cell) -> tuple[float, float]:
+    """Below/above the mean: the t-interval's half-widths (0 where undefined, n < 2)."""
+    if cell.ci is None:
+        return 0.0, 0.0
+    return cell.mean - cell.ci[0], cell.ci[1] - cell.mean
+
+
+def _series(t: Table, label: str, numeric_only: bool = True):
     cols = [c for c in t.cols if (label, c) in t.cells and t.cells[label, c].n and (c.isdigit() or not numeric_only)]
     cells = [t.cells[label, c] for c in cols]
-    return cols, [c.mean for c in cells], [c.std or 0.0 for c in cells]
+    errs = [_err(c) for c in cells]
+    return cols, [c.mean for c in cells], ([e[0] for e in errs], [e[1] for e in errs])
 
 
-def small_batch_figure(tables: list) -> Figure:
-    """`tables`: the small-batch tables of one dataset (test_acc and test_acc_train_mode, per model)."""
+def _batch_dependent(evals: Table, trains: Table | None, label: str) -> bool:
+    """Evaluating with batch statistics changed the accuracy: the norm depends on the batch."""
+    if trains is None:
+        return False
+    for (row, col), cell in evals.cells.items():
+        other = trains.cells.get((row, col))
+        if row == label and cell.n and other is not None and other.n and abs(other.mean - cell.mean) > 1e-9:
+            return True
+    return False
+
+
+def batch_figure(tables: list[Table]) -> Figure:
+    """`tables`: the batch-size tables of one (study, dataset): test_acc and test_acc_train_mode, per model."""
     evals = {t.model: t for t in tables if t.metric == "test_acc"}
     trains = {t.model: t for t in tables if t.metric == "test_acc_train_mode"}
     models = sorted(evals, key=lambda m: (MODEL_ORDER.index(m) if m in MODEL_ORDER else 9, m))
-    labels = sorted({r for t in evals.values() for r in t.rows}, key=row_key)
+    labels = list(dict.fromkeys(r for m in models for r in evals[m].rows))
     colors = _colors(labels)
-    bn_like = [r for r in labels if _batch_dependent(r)]
-    panels = len(models) + bool(bn_like)
-    fig = Figure(figsize=(5.2 * panels, 4.2), layout="constrained")
+    bn_like = [r for r in labels if any(_batch_dependent(evals[m], trains.get(m), r) for m in models)]
+    vpc = bn_like and any(evals[m].values_per_channel for m in models)
+    panels = len(models) + bool(vpc)
+    fig = Figure(figsize=(5.2 * panels, 4.4), layout="constrained")
     axes = fig.subplots(1, panels, squeeze=False, sharey=True)[0]  # one scale: MLP and CNN compare
     for ax, model in zip(axes, models):
         for label in evals[model].rows:
-            cols, mean, std = _series(evals[model], label)
+            cols, mean, err = _series(evals[model], label)
             if cols:
-                ax.errorbar([int(c) for c in cols], mean, yerr=std, marker="o", ms=4, capsize=3,
+                ax.errorbar([int(c) for c in cols], mean, yerr=err, marker="o", ms=4, capsize=3,
                             color=colors[label], label=label)
             if label in bn_like and model in trains:
-                cols, mean, std = _series(trains[model], label)
+                cols, mean, err = _series(trains[model], label)
                 if cols:
-                    ax.errorbar([int(c) for c in cols], mean, yerr=std, marker="x", ms=4, capsize=2, ls="--",
+                    ax.errorbar([int(c) for c in cols], mean, yerr=err, marker="x", ms=4, capsize=2, ls="--",
                                 color=colors[label], alpha=0.7, label=f"{label}, batch stats at test")
         _log2_axis(ax, [int(c) for c in evals[model].cols if c.isdigit()])
         ax.set_xlabel("batch size")
         ax.set_ylabel("test accuracy")
-        ax.set_title(f"{model}")
+        ax.set_title(model)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    if bn_like:
+    if vpc:
         ax = axes[-1]
         for m, model in enumerate(models):
             t = evals[model]
             for label in bn_like:
-                cols, mean, std = _series(t, label)
-                cols_vpc = [(t.values_per_channel.get(c), mu, s) for c, mu, s in zip(cols, mean, std)]
-                cols_vpc = [p for p in cols_vpc if p[0]]
-                if cols_vpc:
-                    x, y, e = zip(*cols_vpc)
-                    ax.errorbar(x, y, yerr=e, marker=MARKERS[m % len(MARKERS)], ms=5, capsize=3,
+                cols, mean, (lo, hi) = _series(t, label)
+                points = [(min(t.values_per_channel[c]), mu, a, b) for c, mu, a, b in zip(cols, mean, lo, hi)
+                          if t.values_per_channel.get(c)]
+                if points:
+                    x, y, a, b = zip(*points)
+                    ax.errorbar(x, y, yerr=(a, b), marker=MARKERS[m % len(MARKERS)], ms=5, capsize=3,
                                 color=colors[label], ls="-" if m == 0 else ":", label=f"{label} · {model}")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("values per channel in BN's statistics")
-        ax.set_ylabel("test accuracy")
+        ax.set_xlabel("values per channel in the norm's statistics")
         ax.set_title("batch-dependent norms: batch (MLP) or batch × H × W (CNN)", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"small batch · {tables[0].data} · mean ± std over seeds")
+    first = tables[0]
+    fig.suptitle(" · ".join(p for p in (first.study, first.data) if p) + f" · {CI_NOTE}")
     return fig
 
 
-def variable_length_figure(evals, trains=None) -> Figure:
+def variable_length_figure(evals: Table, trains: Table | None = None) -> Figure:
     """`evals`/`trains`: the variable-length test_acc / test_acc_train_mode tables of one (data, model)."""
     colors = _colors(evals.rows)
-    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    fig = Figure(figsize=(12, 5.2), layout="constrained")
     ax, bx = fig.subplots(1, 2)
     for label in evals.rows:
-        cols, mean, std = _series(evals, label)
+        cols, mean, err = _series(evals, label)
         if cols:
-            ax.errorbar([int(c) for c in cols], mean, yerr=std, marker="o", ms=4, capsize=3,
+            ax.errorbar([int(c) for c in cols], mean, yerr=err, marker="o", ms=4, capsize=3,
                         color=colors[label], label=label)
     if evals.train_range:
         ax.axvspan(*evals.train_range, color="grey", alpha=0.12, label="trained lengths")
@@ -122,58 +136,92 @@ def variable_length_figure(evals, trains=None) -> Figure:
     ax.legend(fontsize=7)
 
     settings = [(evals, c, c) for c in evals.cols if not c.isdigit()]
-    settings += [(trains, c, f"{c}, batch stats") for c in (trains.cols if trains else []) if not c.isdigit()]
+    settings += [(trains, c, f"{c}\nbatch stats") for c in (trains.cols if trains else []) if not c.isdigit()]
     width = 0.8 / max(1, len(evals.rows))
     lows, highs = [], []
     for i, label in enumerate(evals.rows):
-        xs, ys, es = [], [], []
+        xs, ys, lo, hi = [], [], [], []
         for j, (t, col, _) in enumerate(settings):
             cell = t.cells.get((label, col))
             if cell is not None and cell.n:
                 xs.append(j + (i - (len(evals.rows) - 1) / 2) * width)
                 ys.append(cell.mean)
-                es.append(cell.std or 0.0)
-        bx.bar(xs, ys, width, yerr=es, capsize=2, color=colors[label], label=label)
-        lows += [y - e for y, e in zip(ys, es)]
-        highs += [y + e for y, e in zip(ys, es)]
+                a, b = _err(cell)
+                lo.append(a)
+                hi.append(b)
+        bx.bar(xs, ys, width, yerr=(lo, hi), capsize=2, color=colors[label], label=label)
+        lows += [y - e for y, e in zip(ys, lo)]
+        highs += [y + e for y, e in zip(ys, hi)]
     if lows:  # zoom in: the differences are points of accuracy, not tens of them
         pad = 0.1 * (max(highs) - min(lows)) + 0.005
         bx.set_ylim(max(0.0, min(lows) - pad), min(1.0, max(highs) + pad))
+    # Labels on two lines and the legend under the axes: long labels never overlap, no bar is covered.
     bx.set_xticks(range(len(settings)), [name for _, _, name in settings], fontsize=8)
     bx.set_ylabel("test accuracy")
     bx.set_title("mixed lengths and heavy padding (y zoomed)")
-    bx.legend(fontsize=7)
+    bx.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=min(4, len(evals.rows)),
+              frameon=False)
     bx.grid(alpha=0.3, axis="y")
-    fig.suptitle(f"variable length · {evals.data} · {evals.model} · mean ± std over seeds")
+    fig.suptitle(" · ".join(p for p in (evals.study, evals.data, evals.model) if p) + f" · {CI_NOTE}")
     return fig
 
 
-def plot_all(tables: list, out: Path) -> dict[str, Path]:
-    """One PNG per (regime, dataset) for small batch, per (dataset, model) for variable length."""
-    files = {}
-    small = [t for t in tables if t.regime == "small_batch"]
-    for data in sorted({t.data for t in small}):
-        files[f"small_batch_{data}"] = small_batch_figure([t for t in small if t.data == data])
-    for t in tables:
-        if t.regime == "variable_length" and t.metric == "test_acc":
-            trains = next((u for u in tables if (u.regime, u.data, u.model, u.metric)
-                           == (t.regime, t.data, t.model, "test_acc_train_mode")), None)
-            files[f"variable_length_{t.data}_{t.model}"] = variable_length_figure(t, trains)
-    paths = {}
-    for name, fig in files.items():
-        paths[name] = out / f"{name}.png"
-        fig.savefig(paths[name], dpi=120)
-    return paths
+def forest_figure(t: Table) -> Figure:
+    """Each norm minus the reference, seed by seed: the mean difference and its 95% t-interval per
+    norm x column, in percentage points; filled where Holm-significant."""
+    comps = [c for c in t.comparisons if c.result.n]
+    fig = Figure(figsize=(7.5, 1.2 + 0.38 * len(comps)), layout="constrained")
+    ax = fig.subplots()
+    colors = _colors(t.rows)
+    for y, c in enumerate(reversed(comps)):
+        mean = 100 * c.result.mean
+        lo, hi = (100 * c.result.ci[0], 100 * c.result.ci[1]) if c.result.ci else (mean, mean)
+        ax.errorbar([mean], [y], xerr=[[mean - lo], [hi - mean]], fmt="o", capsize=3, color=colors[c.row],
+                    mfc=colors[c.row] if c.significant else "white")
+    ax.axvline(0, color="black", lw=1)
+    ax.set_yticks(range(len(comps)), [f"{c.row} · {t.axis.split(' ')[0]} {c.col}" for c in reversed(comps)],
+                  fontsize=8)
+    ax.set_xlabel(f"{t.metric}: norm − {t.ref}, percentage points (95% t-interval of the paired difference)")
+    ax.set_ylim(-0.7, len(comps) - 0.3)
+    ax.grid(alpha=0.3, axis="x")
+    ax.set_title(f"paired vs {t.ref} · {t.title.split(' · test')[0]} (filled: Holm-significant)", fontsize=10)
+    return fig
 
 
-def log_to_tensorboard(figures: dict[str, Path], markdown: str, log_dir: Path) -> None:
-    """The PNGs as TensorBoard images (tab Images) and the Markdown tables as text (tab Text)."""
-    import numpy as np
-    from matplotlib.image import imread
-    from torch.utils.tensorboard import SummaryWriter
+def figures(s: Summary) -> dict[str, Figure]:
+    """One figure per (study, dataset) of batch tables, per (dataset, model) of variable-length tables,
+    and one forest plot per test_acc table that has comparisons."""
+    out = {}
+    batch = [t for t in s.tables if t.kind != VARLEN]
+    for study, data in dict.fromkeys((t.study, t.data) for t in batch):
+        out[f"{study or 'sweep'}_{data}"] = batch_figure([t for t in batch if (t.study, t.data) == (study, data)])
+    for t in s.tables:
+        if t.kind == VARLEN and t.metric == "test_acc":
+            trains = next((u for u in s.tables if (u.kind, u.study, u.data, u.model, u.metric)
+                           == (t.kind, t.study, t.data, t.model, "test_acc_train_mode")), None)
+            out[f"variable_length_{t.data}_{t.model}"] = variable_length_figure(t, trains)
+    for t in s.tables:
+        if t.metric == "test_acc" and any(c.result.n for c in t.comparisons):
+            out[f"paired_{t.slug}"] = forest_figure(t)
+    return out
 
-    with SummaryWriter(log_dir=str(log_dir)) as writer:
-        for name, path in figures.items():
-            image = (imread(path)[..., :3] * 255).astype(np.uint8)
-            writer.add_image(f"summary/{name}", image, dataformats="HWC")
-        writer.add_text("summary", markdown)
+
+def svg_text(fig: Figure) -> str:
+    """The figure as an <svg> element (text kept as text, so it stays small and selectable)."""
+    from matplotlib import rc_context
+
+    buf = io.StringIO()
+    with rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def render_all(s: Summary, out: Path) -> dict[str, tuple[Path, str]]:
+    """Every figure as out/<name>.png and as SVG text."""
+    rendered = {}
+    for name, fig in figures(s).items():
+        png = out / f"{name}.png"
+        fig.savefig(png, dpi=120)
+        rendered[name] = (png, svg_text(fig))
+    return rendered

@@ -1,6 +1,6 @@
 """`norm.track_stats=true`: watch what each norm layer receives and learns, in TensorBoard.
 
-    probe = attach(model, tracker, every=100)   # the runner does this (a SummaryWriter works too)
+    probe = attach(model, tracker, every=100)   # the runner does this; any tracker (tracking.py) will do
     ...train...                                 # every 100 training steps: scalars per norm layer
     probe.remove()
 
@@ -26,17 +26,6 @@ HISTOGRAM_EVERY = 10  # histograms on every tenth logged step: they are large in
 NAMES = {"weight": "scale", "bias": "shift", "original0": "g", "weight_g": "g"}
 
 
-def find_writer(sink):
-    """A SummaryWriter itself, or the writer of a TensorBoard tracker (possibly inside `Trackers`)."""
-    if hasattr(sink, "add_scalar"):
-        return sink
-    for t in [sink, *getattr(sink, "trackers", [])]:
-        if hasattr(getattr(t, "writer", None), "add_scalar"):
-            return t.writer
-    raise UserError("norm.track_stats=true logs each norm layer's statistics to TensorBoard, which is off",
-                    "set tensorboard=true")
-
-
 def norm_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """The modules a norm factory built, outermost only (a norm's own submodules are not separate layers)."""
     found: list[tuple[str, nn.Module]] = []
@@ -59,8 +48,8 @@ def channel_stats(x: torch.Tensor, layout: str, mask: torch.Tensor | None) -> tu
 
 
 class Probe:
-    def __init__(self, model: nn.Module, writer, every: int):
-        self.writer, self.every = writer, every
+    def __init__(self, model: nn.Module, tracker, every: int):
+        self.tracker, self.every = tracker, every
         self.step, self.logged, self.active, self.seen = 0, 0, False, set()
         self.handles = [model.register_forward_pre_hook(self._count)]
         for name, module in norm_modules(model):
@@ -82,23 +71,24 @@ class Probe:
         self.seen.add(name)
         layout = getattr(module, TAG)[1]
         histograms = self.logged % HISTOGRAM_EVERY == 1
-        w, step = self.writer, self.step
+        t, step, scalars = self.tracker, self.step, {}
         if layout != "layer":
             mask = inputs[1] if len(inputs) > 1 and torch.is_tensor(inputs[1]) else None
             mean, std = channel_stats(inputs[0].detach(), layout, mask)
-            w.add_scalar(f"norm/{name}/input_mean", mean.mean().item(), step)
-            w.add_scalar(f"norm/{name}/input_std", std.mean().item(), step)
+            scalars[f"norm/{name}/input_mean"] = mean.mean().item()
+            scalars[f"norm/{name}/input_std"] = std.mean().item()
             if histograms:
-                w.add_histogram(f"norm/{name}/input_mean_per_channel", mean, step)
-                w.add_histogram(f"norm/{name}/input_std_per_channel", std, step)
+                t.histogram(f"norm/{name}/input_mean_per_channel", mean, step)
+                t.histogram(f"norm/{name}/input_std_per_channel", std, step)
         for pname, p in module.named_parameters():
             if p.squeeze().dim() > 1:  # a layer's weight matrix, not a per-channel vector
                 continue
             leaf = pname.rpartition(".")[2]
             label = NAMES.get(leaf, leaf)
-            w.add_scalar(f"norm/{name}/{label}_mean", p.detach().float().mean().item(), step)
+            scalars[f"norm/{name}/{label}_mean"] = p.detach().float().mean().item()
             if histograms:
-                w.add_histogram(f"norm/{name}/{label}", p.detach().float().flatten(), step)
+                t.histogram(f"norm/{name}/{label}", p.detach().float().flatten(), step)
+        t.scalars(step, scalars)
 
     def remove(self) -> None:
         for h in self.handles:
@@ -106,8 +96,11 @@ class Probe:
         self.handles = []
 
 
-def attach(model: nn.Module, sink, every: int) -> Probe:
-    """Hook every norm layer of `model`; `sink` is a SummaryWriter or a tracker that holds one."""
+def attach(model: nn.Module, tracker, every: int) -> Probe:
+    """Hook every norm layer of `model`; its numbers go to `tracker.scalars` / `tracker.histogram`."""
     if every < 1:
         raise UserError(f"norm.track_every must be >= 1 (got {every})", "set norm.track_every=100")
-    return Probe(model, find_writer(sink), every)
+    if not getattr(tracker, "records_scalars", False):
+        raise UserError("norm.track_stats=true logs each norm layer's statistics to TensorBoard, which is off",
+                        "set tensorboard=true")
+    return Probe(model, tracker, every)

@@ -1,31 +1,55 @@
 """Where a run's progress goes: a rich progress bar and table, TensorBoard, or nowhere (tests).
 
-    tracker = Trackers([RichTracker("cnn/bn"), TensorBoardTracker(run_dir, config, hparams)])
+    tracker = Trackers([RichTracker("cnn/bn"), TensorBoardTracker(run_dir, config, sweep_domains)])
     tracker.start(total_steps, first_step); tracker.step(step, metrics); tracker.epoch(e, metrics)
     tracker.finish(results)
+    tracker.scalars(step, {"norm/0/input_std": 1.2}); tracker.histogram("norm/0/scale", values, step)
 
-The engine only ever calls these four methods; nothing here computes a metric.
+The engine calls the first four; the norm probe the last two (`records_scalars` says whether any
+tracker keeps them). Nothing here computes a metric.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 from tensorboard.compat.proto.summary_pb2 import Summary
+
+from normbench.config import runtime_keys
+from normbench.tables import flatten  # guards.py reads it from here
+
+# The HParams columns every run has: what the run is. A sweep adds the keys it varies.
+IDENTITY = ("model.name", "norm.name", "data.name")
+# Without a sweep (one run, or runs started one by one) nothing says what varies: these two do in
+# every study, so runs made separately still line up by them.
+SINGLE_RUN_HPARAMS = ("batch_size", "lr")
+FINAL_METRICS = ("test_acc", "val_acc", "test_acc_precise_bn")  # the HParams metric columns, where present
 
 
 class NullTracker:
     """Accepts everything, shows nothing: the stand-in for tests and library use."""
+
+    records_scalars = False  # does `scalars`/`histogram` go anywhere?
 
     def start(self, total_steps: int, first_step: int = 0) -> None: ...
     def step(self, step: int, metrics: dict[str, float]) -> None: ...
     def epoch(self, epoch: int, metrics: dict[str, float]) -> None: ...
     def finish(self, results: dict[str, Any]) -> None: ...
     def close(self) -> None: ...
+    def scalars(self, step: int, values: dict[str, float]) -> None: ...
+    def histogram(self, tag: str, values, step: int) -> None: ...
 
 
 class Trackers(NullTracker):
@@ -33,6 +57,18 @@ class Trackers(NullTracker):
 
     def __init__(self, trackers: list):
         self.trackers = trackers
+
+    @property
+    def records_scalars(self) -> bool:
+        return any(t.records_scalars for t in self.trackers)
+
+    def scalars(self, *args, **kwargs) -> None:
+        for t in self.trackers:
+            t.scalars(*args, **kwargs)
+
+    def histogram(self, *args, **kwargs) -> None:
+        for t in self.trackers:
+            t.histogram(*args, **kwargs)
 
     def start(self, *args, **kwargs) -> None:
         for t in self.trackers:
@@ -100,29 +136,56 @@ class RichTracker(NullTracker):
         self.progress.stop()
 
 
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"model": {"name": "cnn"}} -> {"model.name": "cnn"}."""
-    flat: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        flat.update(flatten(v, f"{key}.") if isinstance(v, dict) else {key: v})
-    return flat
+def _numbers_first(v: Any) -> tuple:
+    return (0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v))
 
 
-def _hparam_value(v: Any):
-    return v if isinstance(v, (bool, int, float, str)) else str(v)
+def hparams_of(config: dict[str, Any], domains: dict[str, list] | None = None) -> tuple[dict, dict]:
+    """The HParams of a run and their discrete domains: the identity keys and the keys its sweep varies
+    (`domains`: key -> the values the sweep gives it; keys with one value are constant), runtime keys
+    left out. Integers become strings ("4", not 4.0000: the HParams table prints every number with five
+    digits), their domains in numeric order; floats stay numbers (a continuous axis), booleans booleans."""
+    flat = flatten(config)
+    domains = {k: list(v) for k, v in (domains or {}).items() if k in flat and k not in runtime_keys()}
+    swept = [k for k, v in domains.items() if k not in IDENTITY and len(set(map(str, v))) > 1]
+    keys = [*IDENTITY, *(swept or SINGLE_RUN_HPARAMS)]
+    hp, discrete = {}, {}
+    for k in (k for k in keys if k in flat):
+        values = [flat[k], *domains.get(k, [])]
+        if all(isinstance(v, bool) for v in values):
+            hp[k] = flat[k]
+        elif all(isinstance(v, float) for v in values) or (k not in domains and isinstance(flat[k], float)):
+            hp[k] = flat[k]
+            continue  # continuous: no discrete domain
+        else:
+            hp[k] = str(flat[k]).lower() if isinstance(flat[k], bool) else str(flat[k])
+        if k in domains:
+            ordered = sorted(set(domains[k]) | {flat[k]}, key=_numbers_first)
+            discrete[k] = [v if isinstance(hp[k], bool) else str(v) for v in ordered]
+    return hp, discrete
 
 
 class TensorBoardTracker(NullTracker):
-    """Scalars per log window and per epoch, the resolved config as text, and HParams (flattened config
-    + final metrics) in the run's own event file, so a sweep's runs line up in the HParams tab."""
+    """Scalars per log window and per epoch, the resolved config as text, and HParams (see `hparams_of`;
+    the final accuracies as metrics) in the run's own event file, so a sweep's runs line up in the
+    HParams tab. `discrete`: key -> the values the run's sweep gives it (the runner passes the sweep's
+    domains, and the catalog's names for the identity keys)."""
+
+    records_scalars = True
 
     def __init__(self, log_dir: Path, config: dict[str, Any], discrete: dict[str, list] | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(log_dir))
-        self.config, self.discrete = config, discrete or {}
+        # Plain JSON values: a dataclasses.asdict config holds enum members, which YAML cannot write.
+        self.config, self.discrete = json.loads(json.dumps(config, default=str)), discrete or {}
         self.last_step = 0
+
+    def scalars(self, step: int, values: dict[str, float]) -> None:
+        self._scalars(values, step)
+
+    def histogram(self, tag: str, values, step: int) -> None:
+        self.writer.add_histogram(tag, values, step)
 
     def _scalars(self, scalars: dict[str, float], step: int) -> None:
         """All values of a log window in one event: TensorBoard still reads each tag as its own series,
@@ -144,21 +207,20 @@ class TensorBoardTracker(NullTracker):
 
     def epoch(self, epoch: int, metrics: dict[str, float]) -> None:
         step = metrics.get("step", self.last_step)
-        scalars = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
-        self._scalars({**scalars, "epoch": epoch}, step)
+        # epoch and step are where a point sits, not something to plot: no card of their own
+        self._scalars({k: v for k, v in metrics.items() if k not in ("epoch", "step")}, step)
         self.writer.flush()
 
     def finish(self, results: dict[str, Any]) -> None:
         from torch.utils.tensorboard.summary import hparams
 
-        hp = {k: _hparam_value(v) for k, v in flatten(self.config).items()}
-        final = {f"final/{k}": float(results[k]) for k in ("test_acc", "val_acc", "train_samples_per_s", "wall_s")
+        hp, discrete = hparams_of(self.config, self.discrete)
+        # A metric column per final accuracy the run reports (precise BN's even when null, so every run
+        # of a sweep declares the same columns); the run's numbers as scalars with the same tags.
+        metrics = {f"final/{k}": 0.0 for k in FINAL_METRICS if k in results}
+        final = {f"final/{k}": float(results[k]) for k in (*FINAL_METRICS, "train_samples_per_s", "wall_s")
                  if isinstance(results.get(k), (int, float))}
-        discrete = {k: v for k, v in self.discrete.items() if k in hp}
-        for k, values in discrete.items():  # a run's own value must be in its domain
-            if hp[k] not in values:
-                values.append(hp[k])
-        exp, ssi, sei = hparams(hp, final, hparam_domain_discrete=discrete or None)
+        exp, ssi, sei = hparams(hp, metrics, hparam_domain_discrete=discrete or None)
         for summary in (exp, ssi, sei):
             self.writer.file_writer.add_summary(summary)
         self._scalars(final, self.last_step)

@@ -13,13 +13,17 @@ from normbench.runner import run
 
 
 class Writer:
+    """A tracker that keeps what the probe sends through the tracker interface (scalars, histogram)."""
+
+    records_scalars = True
+
     def __init__(self):
-        self.scalars, self.histograms = [], []
+        self.logged, self.histograms = [], []
 
-    def add_scalar(self, tag, value, step):
-        self.scalars.append((tag, value, step))
+    def scalars(self, step, values):
+        self.logged.extend((tag, value, step) for tag, value in values.items())
 
-    def add_histogram(self, tag, values, step):
+    def histogram(self, tag, values, step):
         self.histograms.append((tag, step))
 
 
@@ -41,11 +45,11 @@ def test_probe_logs_every_n_training_steps(model, norm):
     _train(net, 7, x)
     with torch.no_grad():  # evaluation is not a training step
         net.eval()(x)
-    steps = sorted({s for _, _, s in w.scalars})
+    steps = sorted({s for _, _, s in w.logged})
     assert steps == [3, 6]
     layers = probe.norm_modules(net)
     first = layers[0][0]
-    tags = {t for t, _, s in w.scalars if s == 3}
+    tags = {t for t, _, s in w.logged if s == 3}
     if norm == "wn":
         assert f"norm/{first}/g_mean" in tags or any("/g_mean" in t for t in tags)
     else:
@@ -68,7 +72,7 @@ def test_probe_on_recurrent_bn_watches_step_zero():
     layer = net.layers[0]
     assert layer.norm_x.trained_steps == 6
     assert all(not step._forward_hooks for step in layer.norm_x.steps)
-    per_step = [t for t, _, s in w.scalars if s == 2 and t.endswith("input_mean")]
+    per_step = [t for t, _, s in w.logged if s == 2 and t.endswith("input_mean")]
     assert len(per_step) == 3  # norm_x, norm_h, norm_c of the one layer
 
 
@@ -81,7 +85,7 @@ def test_probe_statistics_are_the_inputs_per_channel_statistics():
     x = torch.randn(5, 1, 6, 6)
     net(x)
     conv_out = net.net[0](x)
-    got = {t.rpartition("/")[2]: v for t, v, _ in w.scalars}
+    got = {t.rpartition("/")[2]: v for t, v, _ in w.logged}
     assert got["input_mean"] == pytest.approx(conv_out.mean((0, 2, 3)).mean().item(), abs=1e-6)
     assert got["input_std"] == pytest.approx(conv_out.std((0, 2, 3), correction=0).mean().item(), abs=1e-6)
     assert got["scale_mean"] == 1.0 and got["shift_mean"] == 0.0
@@ -105,6 +109,16 @@ def test_track_stats_writes_tensorboard_scalars(tiny_cfg, tmp_path):
     tags = [t for t in events.Tags()["scalars"] if t.startswith("norm/")]
     assert any(t.endswith("/input_std") for t in tags)
     assert [e.step for e in events.Scalars(tags[0])] == [4, 8]
+
+
+def test_probe_refuses_a_tracker_that_keeps_nothing():
+    """Reference: tracking.NullTracker records no scalars: attaching to it is the one-line user error."""
+    from normbench.tracking import NullTracker, Trackers
+
+    net = models.create(ModelConfig(name="mlp", hidden=8), norms.factory("bn"), (1, 4, 4), 10)
+    with pytest.raises(UserError, match="set tensorboard=true"):
+        probe.attach(net, Trackers([NullTracker()]), every=1)
+    assert probe.attach(net, Trackers([NullTracker(), Writer()]), every=1).handles
 
 
 def test_track_stats_needs_tensorboard(tiny_cfg, tmp_path):

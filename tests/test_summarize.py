@@ -1,25 +1,28 @@
-"""`normbench summarize` on hand-made results.json files: exact mean/std/n, labels, tables, the runs
-listed apart, and every file it writes."""
+"""`normbench summarize` on hand-made results.json files: exact mean/std/n and intervals, paired
+comparisons, labels, tables, the runs listed apart, and every file it writes."""
 
 import csv
 import io
 import json
 import statistics
-from dataclasses import asdict
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+from conftest import REPO, normbench_cli
 from rich.console import Console
+from scipy import stats as scipy_stats
 
-from conftest import normbench_cli
-from normbench.config import Config
+from normbench.config import Config, ModelConfig, to_dict
 from normbench.results import write_results
 from normbench.summarize import summarize
 
 
 def write_run(root: Path, name: str, status: str = "completed", **kw) -> Path:
-    """A run directory as the runner leaves it: results.json (status, config, metrics) and .hydra/."""
-    cfg = asdict(Config())
-    cfg["model"]["name"] = kw.pop("model", "mlp")
+    """A run directory as the runner leaves it: results.json (status, config with its model's defaults,
+    metrics) and .hydra/ (with overrides.yaml when `overrides` are given)."""
+    cfg = to_dict(Config(model=ModelConfig(name=kw.pop("model", "mlp"))))
     cfg["norm"]["name"] = kw.pop("norm", "bn")
     cfg["batch_size"] = kw.pop("bs", 8)
     cfg["seed"] = kw.pop("seed", 0)
@@ -29,8 +32,11 @@ def write_run(root: Path, name: str, status: str = "completed", **kw) -> Path:
         for p in parents:
             node = node[p]
         node[leaf] = value
+    overrides = kw.pop("overrides", None)
     run_dir = root / name
     (run_dir / ".hydra").mkdir(parents=True)
+    if overrides is not None:
+        (run_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     write_results(run_dir, {"status": status, "config": cfg, **kw})
     return run_dir
 
@@ -67,8 +73,9 @@ def small_batch_sweep(root: Path) -> dict:
 
 
 def test_mean_std_n_are_exact_and_problems_listed(tmp_path):
-    """Reference: Python's statistics.fmean / statistics.stdev (n - 1) on the hand-written accuracies;
-    the four runs that are not completed appear in the list of problems, with their reason."""
+    """Reference: Python's statistics.fmean / statistics.stdev (n - 1) on the hand-written accuracies, and
+    scipy.stats.t.interval for the 95% interval; the four runs that are not completed appear in the list
+    of problems, with their reason."""
     root = tmp_path / "sweep"
     acc = small_batch_sweep(root)
     files, printed = _summarize(root)
@@ -78,10 +85,12 @@ def test_mean_std_n_are_exact_and_problems_listed(tmp_path):
     assert float(bn2["mean"]) == statistics.fmean(acc["bn2"])
     assert float(bn2["std"]) == statistics.stdev(acc["bn2"])
     assert float(bn2["min"]) == 0.50 and float(bn2["max"]) == 0.72 and bn2["values_per_channel"] == "2"
+    lo, hi = scipy_stats.t.interval(0.95, 2, loc=statistics.fmean(acc["bn2"]), scale=scipy_stats.sem(acc["bn2"]))
+    assert float(bn2["ci_low"]) == pytest.approx(lo, rel=1e-12) and float(bn2["ci_high"]) == pytest.approx(hi, rel=1e-12)
     bn8 = rows["mlp", "bn", "test_acc", "8"]
     assert int(bn8["n"]) == 2 and float(bn8["std"]) == statistics.stdev(acc["bn8"])
     ln2 = rows["mlp", "ln", "test_acc", "2"]
-    assert int(ln2["n"]) == 1 and ln2["std"] == ""  # one value: no standard deviation
+    assert int(ln2["n"]) == 1 and ln2["std"] == "" and ln2["ci_low"] == ""  # one value: no spread, no interval
     train = rows["mlp", "bn", "test_acc_train_mode", "2"]
     assert float(train["mean"]) == statistics.fmean(a - 0.2 for a in acc["bn2"])
     assert int(rows["mlp", "ln", "test_acc", "8"]["n_failed"]) == 1
@@ -100,29 +109,34 @@ def test_mean_std_n_are_exact_and_problems_listed(tmp_path):
     assert summary["runs"] == {"completed": 7, "diverged": 1, "failed": 1, "incomplete": 2, "unreadable": 1}
     group = next(g for g in summary["groups"] if (g["model"], g["norm"], g["metric"], g["axis"])
                  == ("mlp", "bn", "test_acc", "2"))
-    assert group["values"] == acc["bn2"]
+    assert group["values"] == acc["bn2"] and group["seeds"] == [0, 1, 2]
+    assert group["ci_low"] == pytest.approx(lo, rel=1e-12)
     for name in problems:
         assert name in printed
 
 
 def test_markdown_tables_mark_the_best_and_plots_are_written(tmp_path):
-    """Reference: the hand-made accuracies, in percent, in a Markdown table with norms as rows and batch
-    sizes as columns; the best of each column in bold; PNG files and a TensorBoard event file."""
+    """Reference: the hand-made accuracies, in percent, with the 95% t-interval computed by hand
+    (t(0.975, 2) = 4.303, t(0.975, 1) = 12.706 from a t table), in a Markdown table with norms as rows
+    and batch sizes as columns; n marked below 3; PNG files and summarize's TensorBoard run `summary`."""
     root = tmp_path / "sweep"
     small_batch_sweep(root)
     files, printed = _summarize(root)
     md = files["md"].read_text()
-    assert "## small_batch · fashion_mnist · mlp · test accuracy (running statistics) by batch size" in md
+    assert "## fashion_mnist · mlp · test accuracy (running statistics) by batch size" in md
+    assert "small_batch" not in md  # a plain sweep is not named after a study
     assert "| norm | 2 | 8 |" in md
-    assert "| values/channel (BN) | 2 | 8 |" in md
-    assert "| bn | 61.0 ± 11.0 †1 | **81.5 ± 2.1 (2)** |" in md  # n=2 differs from the table's usual 3
+    assert "| values/channel | 2 | 8 |" in md
+    # 61.0 ± 4.303 * 11.0 / sqrt(3) = ± 27.3; 81.5 ± 12.706 * 2.12 / sqrt(2) = ± 19.1
+    assert "| bn | 61.0 [33.7, 88.3] †1 | **81.5 [62.4, 100.6] (2)** |" in md
     assert "| ln | **75.0 (1)** | ✗1 |" in md
     assert "## Runs not in the tables" in md and "`ln8_failed` | failed" in md
-    png = files["small_batch_fashion_mnist"]
+    png = files["sweep_fashion_mnist"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    assert f"![small_batch_fashion_mnist]({png.name})" in md
-    assert list((root / "tensorboard").glob("events.out.tfevents.*"))
-    assert "61.0 ± 11.0" in printed and "75.0 (1) *" in printed
+    assert f"![sweep_fashion_mnist]({png.name})" in md
+    assert list((root / "summary").glob("events.out.tfevents.*"))
+    assert not (root / "tensorboard").exists()
+    assert "61.0 [33.7, 88.3]" in printed and "75.0 (1) *" in printed
 
 
 def test_labels_keep_apart_what_differs_and_lengths_sort(tmp_path):
@@ -164,3 +178,150 @@ def test_cli_summarize(tmp_path):
     (tmp_path / "empty").mkdir()
     r = normbench_cli("summarize", str(tmp_path / "empty"), cwd=tmp_path)
     assert r.returncode == 2 and "no runs" in r.stderr
+
+
+# Student's sleep data (Cushny & Peebles 1905; R's `sleep`): extra hours of sleep under two drugs, same
+# ten patients. R: t.test(extra ~ group, data = sleep, paired = TRUE) gives t = -4.0621, df = 9,
+# p-value = 0.002833, mean difference -1.58, 95% CI [-2.4598858, -0.7001142] (group 1 - group 2).
+SLEEP_1 = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0]
+SLEEP_2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4]
+
+
+def sleep_sweep(root: Path) -> None:
+    """bn and gn over ten seeds at batch 4, accuracy = 0.5 + hours / 100 (gn gets the second drug); at
+    batch 16 ln ties bn on average and gn is 5 points below on every seed."""
+    for seed, (a, b) in enumerate(zip(SLEEP_1, SLEEP_2)):
+        write_run(root, f"bn4_{seed}", bs=4, seed=seed, test_acc=0.5 + a / 100)
+        write_run(root, f"gn4_{seed}", norm="gn", bs=4, seed=seed, test_acc=0.5 + b / 100)
+    for seed, wiggle in enumerate([0.01, -0.02, 0.015, -0.005]):
+        write_run(root, f"bn16_{seed}", bs=16, seed=seed, test_acc=0.8 + wiggle)
+        write_run(root, f"ln16_{seed}", norm="ln", bs=16, seed=seed, test_acc=0.8 - wiggle)
+        write_run(root, f"gn16_{seed}", norm="gn", bs=16, seed=seed, test_acc=0.75 + wiggle)
+
+
+def test_paired_comparison_matches_r_on_the_sleep_data(tmp_path):
+    """Reference: R's paired t-test on Student's sleep data (p = 0.002833, mean difference 1.58 hours,
+    95% CI [0.7001142, 2.4598858], here in hundredths of accuracy); Holm over the table's three
+    comparisons multiplies the smallest p by 3 (Holm 1979)."""
+    sleep_sweep(tmp_path)
+    files, printed = _summarize(tmp_path, plots=False)
+    paired = {(r["norm"], r["axis"]): r for r in csv.DictReader(files["paired_csv"].open())}
+    gn4 = paired["gn", "4"]
+    assert gn4["ref"] == "bn" and int(gn4["pairs"]) == 10
+    assert float(gn4["mean_diff"]) == pytest.approx(0.0158, abs=1e-12)
+    assert float(gn4["ci_low"]) == pytest.approx(0.007001142, abs=1e-9)
+    assert float(gn4["ci_high"]) == pytest.approx(0.024598858, abs=1e-9)
+    assert float(gn4["p"]) == pytest.approx(0.002833, abs=5e-7)
+    ps = {k: float(r["p"]) for k, r in paired.items()}
+    assert set(ps) == {("gn", "4"), ("gn", "16"), ("ln", "16")}
+    assert ps["gn", "16"] == 0.0  # -5 points on every seed: zero variance, every seed agrees
+    assert float(gn4["p_holm"]) == pytest.approx(min(1.0, 2 * ps["gn", "4"]), rel=1e-12)  # rank 2 of 3
+    assert float(paired["ln", "16"]["p_holm"]) == pytest.approx(min(1.0, ps["ln", "16"]), rel=1e-12)
+    assert "paired vs bn" in printed and "+1.6" in printed
+    summary = json.loads(files["json"].read_text())
+    comparison = next(c for c in summary["comparisons"] if (c["norm"], c["axis"]) == ("gn", "4"))
+    assert comparison["seeds"] == list(range(10))
+
+
+def test_best_is_every_norm_not_significantly_below_the_top(tmp_path):
+    """Reference: the sleep sweep by construction: at batch 16, ln ties bn (paired differences average
+    to zero: p = 1) and gn is below on every seed; at batch 4, bn is below gn (R: p = 0.0028)."""
+    sleep_sweep(tmp_path)
+    files, _ = _summarize(tmp_path, plots=False)
+    best = {(r["norm"], r["axis"]) for r in csv.DictReader(files["csv"].open()) if r["best"] == "True"}
+    assert best == {("gn", "4"), ("bn", "16"), ("ln", "16")}
+
+
+def test_ref_option_changes_the_reference(tmp_path):
+    """Reference: the sleep sweep compared with gn: at batch 4 bn - gn is the negated difference."""
+    sleep_sweep(tmp_path)
+    r = normbench_cli("summarize", str(tmp_path), "--no-plots", "--ref", "gn", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    paired = {(row["norm"], row["axis"]): row for row in csv.DictReader((tmp_path / "summary_paired.csv").open())}
+    assert paired["bn", "4"]["ref"] == "gn"
+    assert float(paired["bn", "4"]["mean_diff"]) == pytest.approx(-0.0158, abs=1e-12)
+    assert "paired vs gn" in r.stdout
+
+
+def test_titles_say_what_was_swept_not_a_study(tmp_path):
+    """Reference: the runs' own records: a CIFAR-10 sweep without an experiment is titled by its data and
+    model; runs started with experiment=small_batch (their .hydra/overrides.yaml) by that study; the
+    values-per-channel row shows every count its column's runs saw; the header lists what varied."""
+    for seed in (0, 1, 2):
+        write_run(tmp_path / "c", f"bn_{seed}", seed=seed, config={"data.name": "cifar10"}, test_acc=0.5,
+                  norm_values_per_channel=8, overrides=["data=cifar10", f"seed={seed}"])
+        write_run(tmp_path / "c", f"none_{seed}", norm="none", seed=seed, config={"data.name": "cifar10"},
+                  test_acc=0.4, norm_values_per_channel=None)
+        write_run(tmp_path / "s", f"bn_{seed}", seed=seed, test_acc=0.7, norm_values_per_channel=4 + 4 * (seed > 0),
+                  config={"model.hidden": 64 + seed}, overrides=["experiment=small_batch", f"seed={seed}"])
+    files, printed = _summarize(tmp_path / "c", plots=False)
+    md = files["md"].read_text()
+    assert "## cifar10 · mlp · test accuracy (running statistics) by batch size" in md and "small_batch" not in md
+    assert "| values/channel | 8 |" in md
+    assert "varied: norm.name ∈ {bn, none}; seed ∈ {0, 1, 2}" in printed
+    files, _ = _summarize(tmp_path / "s", plots=False)
+    md = files["md"].read_text()
+    assert "## small_batch · fashion_mnist · mlp · test accuracy" in md
+    assert "| values/channel | 4–8 |" in md  # not the first run's count alone
+    assert "bn hidden=65" in md  # a setting that varies is in the label
+
+
+def test_summarize_reads_a_sweep_without_torch_or_tensorboard(tmp_path):
+    """Reference: sys.modules after computing the tables in a fresh interpreter: the numbers need neither
+    torch nor TensorBoard (so `normbench summarize` starts fast)."""
+    sleep_sweep(tmp_path)
+    code = ("import sys; from normbench.summarize import compute; s = compute(sys.argv[1]); "
+            "assert s.tables[0].comparisons; "
+            "print(sorted(m for m in ('torch', 'tensorboard', 'matplotlib', 'normbench.tracking') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=REPO,
+                       env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+def lr_sweep(root: Path) -> dict:
+    """bn and gn at batch 4 over an lr grid of three, three seeds each: bn's validation accuracy peaks
+    in the middle of the grid, gn's at its largest lr; test accuracies differ from validation ones."""
+    val = {("bn", 0.001): 0.70, ("bn", 0.003): 0.80, ("bn", 0.01): 0.75,
+           ("gn", 0.001): 0.60, ("gn", 0.003): 0.65, ("gn", 0.01): 0.72}
+    test = {}
+    for (norm, lr), v in val.items():
+        for seed in range(3):
+            test[norm, lr, seed] = v - 0.05 + 0.01 * seed
+            write_run(root, f"{norm}_{lr}_{seed}", norm=norm, bs=4, seed=seed, config={"lr": lr},
+                      val_acc=v + 0.001 * seed, test_acc=test[norm, lr, seed])
+    return test
+
+
+def test_select_lr_picks_on_validation_and_reports_test(tmp_path):
+    """Reference: the hand-made grid: bn's best mean val_acc is at lr 0.003, gn's at 0.01 (the edge of
+    the grid: flagged); each cell's test accuracy is the mean over the seeds at that lr alone."""
+    test = lr_sweep(tmp_path)
+    r = normbench_cli("summarize", str(tmp_path), "--no-plots", "--select", "lr", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = _csv(tmp_path / "summary.csv")
+    assert set(rows) == {("mlp", "bn", "test_acc", "4"), ("mlp", "gn", "test_acc", "4")}  # lr not in the labels
+    for norm, lr in (("bn", 0.003), ("gn", 0.01)):
+        cell = rows["mlp", norm, "test_acc", "4"]
+        assert int(cell["n"]) == 3
+        assert float(cell["mean"]) == pytest.approx(statistics.fmean(test[norm, lr, s] for s in range(3)), rel=1e-12)
+    selected = {s["norm"]: s["chosen"] for s in json.loads((tmp_path / "summary.json").read_text())["selected"]
+                if s["metric"] == "test_acc"}
+    assert selected == {"bn": "lr=0.003", "gn": "lr=0.01 ⚑"}
+    assert "lr=0.01 ⚑" in r.stdout and "edge of the grid" in r.stdout
+
+
+def test_without_select_lrs_are_separate_rows(tmp_path):
+    """Reference: the same grid without --select: every (norm, lr) is its own row, labelled by its lr
+    (the default lr 0.001 unlabelled)."""
+    lr_sweep(tmp_path)
+    files, _ = _summarize(tmp_path, plots=False)
+    labels = {norm for (_, norm, _, _) in _csv(files["csv"])}
+    assert labels == {"bn", "bn lr=0.003", "bn lr=0.01", "gn", "gn lr=0.003", "gn lr=0.01"}
+
+
+def test_select_needs_a_swept_key(tmp_path):
+    """Reference: normbench's one-line user errors: --select lr on runs at one lr says how to fix it."""
+    sleep_sweep(tmp_path)
+    r = normbench_cli("summarize", str(tmp_path), "--no-plots", "--select", "lr", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "do not vary lr" in r.stderr

@@ -1,0 +1,169 @@
+"""The data of a summary, shared by its computation (summarize.py) and its displays (report.py, plots.py,
+html_report.py, tb_aggregate.py): runs, cells of seeds, tables, paired comparisons and their order.
+
+    cell = Cell(); cell.add(seed=0, value=0.84)
+    cell.mean, cell.ci                                  # None where undefined (n < 2)
+    rows = sorted(labels, key=row_key)
+
+Plain Python only: reading a sweep's numbers imports neither torch nor TensorBoard.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from normbench import stats
+
+VARLEN = "variable_length"
+METRICS = {"test_acc": "test accuracy (running statistics)",
+           "test_acc_train_mode": "test accuracy with batch statistics (norms in train mode)"}
+MIN_N = 3  # cells with fewer seeds are marked: their interval is too wide to read, or undefined
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"model": {"name": "cnn"}} -> {"model.name": "cnn"}."""
+    flat: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        flat.update(flatten(v, f"{key}.") if isinstance(v, dict) else {key: v})
+    return flat
+
+
+@dataclass
+class Run:
+    path: Path  # the run directory
+    status: str  # completed | diverged | failed | incomplete | unreadable
+    config: dict[str, Any] = field(default_factory=dict)  # flattened: {"norm.name": "bn", ...}
+    results: dict[str, Any] = field(default_factory=dict)
+    note: str = ""  # why it is not completed
+    overrides: list[str] = field(default_factory=list)  # the command line Hydra recorded (.hydra/overrides.yaml)
+
+    @property
+    def varlen(self) -> bool:
+        return bool(self.config.get("varlen.enabled"))
+
+    @property
+    def study(self) -> str:
+        """The shipped experiment the run came from (experiment=... on its command line), else ''."""
+        named = [o.split("=", 1)[1] for o in self.overrides if o.lstrip("+").startswith("experiment=")]
+        return named[-1] if named else (VARLEN if self.varlen else "")
+
+
+@dataclass
+class Cell:
+    """The seeds of one (norm label, column): their values, and the runs that did not give one."""
+    values: list[float] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)  # aligned with values: what pairs two cells
+    paths: list[Path] = field(default_factory=list)  # aligned with values: the run directories
+    n_diverged: int = 0
+    n_failed: int = 0
+
+    def add(self, seed: int, value: float, path: Path | None = None) -> None:
+        self.seeds.append(seed)
+        self.values.append(value)
+        self.paths.append(path)
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.values) if self.values else None
+
+    @property
+    def std(self) -> float | None:  # sample standard deviation (n - 1), undefined for one value
+        return statistics.stdev(self.values) if len(self.values) > 1 else None
+
+    @property
+    def ci(self) -> tuple[float, float] | None:
+        return stats.t_interval(self.values)
+
+    @property
+    def flagged(self) -> bool:
+        """Marked in every display: too few seeds, or some runs of the cell gave no value."""
+        return self.n < MIN_N or bool(self.n_diverged or self.n_failed)
+
+    def by_seed(self) -> dict[int, float]:
+        """Seed -> value for seeds that occur once (a repeated seed cannot be paired unambiguously)."""
+        counts = {s: self.seeds.count(s) for s in self.seeds}
+        return {s: v for s, v in zip(self.seeds, self.values) if counts[s] == 1}
+
+
+@dataclass
+class Comparison:
+    """One norm against the reference in one column: per-seed differences (row - reference)."""
+    row: str
+    col: str
+    result: stats.Paired
+    p_holm: float | None = None  # adjusted within the table
+
+    @property
+    def significant(self) -> bool:
+        return self.p_holm is not None and self.p_holm < 1 - stats.LEVEL
+
+
+@dataclass
+class Table:
+    kind: str  # "batch" (columns are batch sizes) | "variable_length" (columns are test lengths)
+    study: str  # the experiment the runs came from, '' for a plain sweep
+    data: str
+    model: str
+    metric: str
+    rows: list[str] = field(default_factory=list)  # norm labels
+    cols: list[str] = field(default_factory=list)  # batch sizes or test lengths
+    cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
+    values_per_channel: dict[str, set[int]] = field(default_factory=dict)  # batch: column -> the counts seen
+    train_range: tuple[int, int] | None = None  # variable length: the trained lengths
+    ref: str | None = None  # the row the comparisons are against (None: not in this table)
+    comparisons: list[Comparison] = field(default_factory=list)
+    best: dict[str, set[str]] = field(default_factory=dict)  # column -> rows not significantly below the top
+    chosen: dict[tuple[str, str], str] = field(default_factory=dict)  # --select: cell -> "lr=0.01", "lr=0.1 ⚑"
+    notes: list[str] = field(default_factory=list)  # said under the table in every format
+
+    @property
+    def axis(self) -> str:
+        return "test length (rows)" if self.kind == VARLEN else "batch size"
+
+    @property
+    def title(self) -> str:
+        parts = [self.study, self.data, self.model] if self.study else [self.data, self.model]
+        return " · ".join(parts) + f" · {METRICS[self.metric]} by {self.axis}"
+
+    @property
+    def slug(self) -> str:
+        return "_".join(p for p in (self.study or "sweep", self.data, self.model, self.metric) if p)
+
+
+@dataclass
+class Summary:
+    """Everything summarize computed: the displays only format it."""
+    root: Path
+    runs: list[Run]
+    tables: list[Table]
+    varied: dict[str, list[str]]  # key -> the values it takes across the runs (seed included)
+    constant: dict[str, Any]  # keys set to one non-default value in every run
+    ref: str
+
+    @property
+    def problems(self) -> list[Run]:
+        return [r for r in self.runs if r.status != "completed"]
+
+
+def col_key(col: str):
+    """Numbers (batch sizes, lengths) in order, then the unresized, mixed-length and padded tests."""
+    named = {"original": 0, "mixed": 1}
+    return (0, int(col), "") if col.isdigit() else (1, named.get(col, 2), col)
+
+
+def row_key(label: str, ref: str = "bn"):
+    """No norm first (the baseline), then the reference, then by name; a label's extras after its norm."""
+    name = label.split(" ")[0]
+    return (0 if name == "none" else 1 if name == ref else 2, name, label)
+
+
+def fmt_value(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)

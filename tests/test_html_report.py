@@ -1,0 +1,54 @@
+"""summary.html: self-contained (nothing from the network, no script), and what a real browser renders
+from it: headless Chromium's DOM holds the tables, the paired comparisons and the inline SVG figures."""
+
+import re
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+from test_summarize import _summarize, sleep_sweep, small_batch_sweep
+
+from normbench.summarize import summarize
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+         "--disable-component-update", "--disable-sync"]
+
+
+def dump_dom(path) -> str:
+    """The DOM Chromium builds from the file, after layout (its --dump-dom)."""
+    with tempfile.TemporaryDirectory() as profile:
+        r = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", path.as_uri()],
+                           capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def test_html_is_self_contained(tmp_path):
+    """Reference: the HTML standard's ways to fetch a resource: no <script>, <link>, <img src>, no url()
+    but to a fragment of the page itself (the SVG's clip paths), no http(s) address in any attribute;
+    the figures are <svg> elements in the page itself."""
+    small_batch_sweep(tmp_path)
+    files, _ = _summarize(tmp_path)
+    html = files["html"].read_text()
+    assert "<script" not in html and "<link" not in html and "<img" not in html and not re.search(r"url\((?!#)", html)
+    assert not re.search(r"""(src|href)\s*=\s*["']?https?:""", html)
+    assert html.count("<svg") == 2  # the batch-size figure and the forest plot
+    assert "ln8_failed" in html and "non-finite loss at step 17" in html  # the runs not in the tables
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="apt-get install chromium")
+def test_chromium_renders_tables_comparisons_and_figures(tmp_path):
+    """Reference: the sleep sweep's numbers (R: gn - bn = +1.58 points at batch 4, p = 0.0028) as text in
+    the DOM that headless Chromium rendered, with the figures as SVG and the sweep's axes listed."""
+    sleep_sweep(tmp_path)
+    (tmp_path / "multirun.yaml").write_text(  # as Hydra writes it
+        "hydra:\n  overrides:\n    task:\n    - norm=bn,gn,ln\n    - batch_size=4,16\n")
+    files = summarize(tmp_path, console=None)
+    dom = dump_dom(files["html"])
+    assert "<h2>fashion_mnist · mlp · test accuracy (running statistics) by batch size</h2>" in dom
+    assert "paired vs bn" in dom and "+1.6" in dom and "0.0028" in dom
+    assert dom.count("<svg") >= 2 and "error bars: 95% t-interval" in dom
+    assert "normbench train -m norm=bn,gn,ln batch_size=4,16" in dom
+    assert re.search(r"<dt>seed</dt><dd>0, 1, 2, 3, 4, 5, 6, 7, 8, 9</dd>", dom)

@@ -1,0 +1,64 @@
+"""normbench.stats against published values: a t-table quantile, R's paired t-test on Student's sleep
+data, Holm's adjusted p-values worked by hand, and scipy.stats for the general case."""
+
+import math
+import statistics
+
+import pytest
+from scipy import stats as scipy_stats
+
+from normbench import stats
+
+SLEEP_1 = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0]
+SLEEP_2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4]
+
+
+def test_t_interval_matches_the_t_table():
+    """Reference: t(0.975, df=2) = 4.303 (any t table); interval = mean ± t * s / sqrt(n)."""
+    values = [0.50, 0.61, 0.72]
+    assert stats.t_quantile(0.975, 2) == pytest.approx(4.303, abs=5e-4)
+    lo, hi = stats.t_interval(values)
+    half = 4.302652729749462 * 0.11 / math.sqrt(3)
+    assert lo == pytest.approx(0.61 - half, abs=1e-12) and hi == pytest.approx(0.61 + half, abs=1e-12)
+
+
+@pytest.mark.parametrize("values", [[1.0, 2.0], [0.81, 0.84, 0.8, 0.86, 0.83], list(range(30))])
+def test_t_interval_matches_scipy(values):
+    """Reference: scipy.stats.t.interval(0.95, n - 1, mean, sem)."""
+    expected = scipy_stats.t.interval(0.95, len(values) - 1, loc=statistics.fmean(values),
+                                      scale=scipy_stats.sem(values))
+    assert stats.t_interval(values) == pytest.approx(expected, rel=1e-12)
+
+
+def test_t_interval_is_undefined_for_one_value():
+    assert stats.t_interval([0.9]) is None and stats.t_interval([]) is None
+
+
+def test_paired_matches_r_on_the_sleep_data():
+    """Reference: R, t.test(extra ~ group, data = sleep, paired = TRUE): t = -4.0621, df = 9,
+    p-value = 0.002833, 95% CI [-2.4598858, -0.7001142], mean difference -1.58."""
+    d = stats.paired(SLEEP_1, SLEEP_2)
+    assert d.n == 10 and d.mean == pytest.approx(-1.58, abs=1e-12)
+    assert d.p == pytest.approx(0.002833, abs=5e-7)
+    assert d.ci == pytest.approx((-2.4598858, -0.7001142), abs=1e-7)
+    assert d.p == pytest.approx(scipy_stats.ttest_rel(SLEEP_1, SLEEP_2).pvalue, rel=1e-10)
+
+
+def test_paired_edge_cases():
+    """Reference: a constant nonzero difference is certain (p = 0), a zero one is no evidence (p = 1);
+    one pair has no variance estimate (no p, no interval)."""
+    assert stats.paired([1, 2, 3], [0, 1, 2]).p == 0.0
+    assert stats.paired([1, 2, 3], [1, 2, 3]).p == 1.0
+    one = stats.paired([0.9], [0.8])
+    assert one.p is None and one.ci is None and one.mean == pytest.approx(0.1)
+    with pytest.raises(ValueError):
+        stats.paired([1, 2], [1])
+
+
+def test_holm_by_hand():
+    """Reference: Holm (1979) worked by hand: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 is 0.02,
+    0.03, 0.06, 0.04, made monotone (0.04 -> 0.06), in the input order; capped at 1; None skipped."""
+    assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02], abs=1e-15)
+    assert stats.holm([0.5, 0.9]) == [1.0, 1.0]
+    assert stats.holm([None, 0.02, None, 0.04]) == [None, pytest.approx(0.04), None, pytest.approx(0.04)]
+    assert stats.holm([]) == []
