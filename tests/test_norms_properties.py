@@ -150,6 +150,14 @@ def test_impossible_combinations_fail_at_build_with_why_and_what_instead():
         norms.create("gn", 8, "flat", groups=8)
     with pytest.raises(UserError, match="EvoNorm-S0 groups=3"):
         norms.create("evonorm", 8, "image", groups=3)
+    # more groups than channels: refused, naming the channel count and a valid value, never clipped (the
+    # run's recorded norm.groups must be what was built)
+    with pytest.raises(UserError, match="GroupNorm groups=8 is more than this layer's 4 channels.*at most 4"):
+        norms.create("gn", 4, "image", groups=8)
+    with pytest.raises(UserError, match="groups=8 is more than this layer's 4 channels.*at most 2; valid here: 1, 2"):
+        norms.create("gn", 4, "flat", groups=8)
+    with pytest.raises(UserError, match="EvoNorm-S0 groups=16 is more than this layer's 8 channels.*at most 8"):
+        norms.create("evonorm", 8, "image", groups=16)
     with pytest.raises(UserError, match="is 1 x 1"):
         norms.create("in", 8, "image")(torch.randn(2, 8, 1, 1))
     with pytest.raises(UserError, match="takes no option groups"):
