@@ -7,7 +7,7 @@ from torch import nn
 
 from normbench import norms
 from normbench.errors import UserError
-from normbench.norms import ghost
+from normbench.norms import batch, ghost
 
 K, GROUPS, C, T = 3, 4, 5, 6
 N = K * GROUPS
@@ -61,13 +61,18 @@ def _compare(module, reference, params_ref, buffers, layout, steps=3):
             p.grad = None
 
 
-@pytest.mark.parametrize("impl", ["native", "scratch"])
-@pytest.mark.parametrize("layout", ["flat", "image", "seq"])
-def test_ghost_bn_is_torch_batchnorm_on_each_group_in_turn(layout, impl):
+@pytest.mark.parametrize("impl", ["grouped", "loop", "scratch"])
+@pytest.mark.parametrize("layout", ["flat", "image", "seq", "seq_unmasked"])
+def test_ghost_bn_is_torch_batchnorm_on_each_group_in_turn(layout, impl, monkeypatch):
     """Reference: torch.nn.BatchNorm1d/2d called on each group of K samples in sequence (on seq, on each
     group's real tokens): outputs, gradients, running statistics and the count of updates, in float64;
-    then eval with the running statistics."""
+    then eval with the running statistics. Native BN's two paths (one kernel call over the groups folded
+    into channels; one call per group) and the from-scratch twin."""
     torch.manual_seed(0)
+    monkeypatch.setattr(batch, "LOOP_MIN_VALUES", 0 if impl == "loop" else 10**9)
+    unmasked = layout == "seq_unmasked"
+    layout = "seq" if unmasked else layout
+    impl = "scratch" if impl == "scratch" else "native"
     bn = norms.create("bn", C, layout, ghost_batch=K, impl=impl).double()
     ref = _torch_bn(layout)
     with torch.no_grad():
@@ -75,10 +80,16 @@ def test_ghost_bn_is_torch_batchnorm_on_each_group_in_turn(layout, impl):
         ref.weight.copy_(bn.weight), ref.bias.copy_(bn.bias)
     buffers = {"running_mean": lambda: ref.running_mean, "running_var": lambda: ref.running_var,
                "num_batches_tracked": lambda: ref.num_batches_tracked}
-    _compare(bn, lambda x, m: _torch_bn_group(ref, x, m), [ref.weight, ref.bias], buffers, layout)
+    if unmasked:  # statistics over every token of each group: torch's BN on the group's (K T, C) rows
+        bn.masked = False
+        reference = lambda x, m: ref(x.reshape(-1, C)).view(x.shape)  # noqa: E731
+    else:
+        reference = lambda x, m: _torch_bn_group(ref, x, m)  # noqa: E731
+    _compare(bn, reference, [ref.weight, ref.bias], buffers, layout)
     bn.eval(), ref.eval()
-    x, mask = _data(layout, 9).detach(), _mask(layout)
-    torch.testing.assert_close(bn(x, mask) if layout == "seq" else bn(x), _torch_bn_group(ref, x, mask), **TIGHT)
+    x, mask = _data(layout, 9).detach(), (None if unmasked else _mask(layout))
+    expected = ref(x.reshape(-1, C)).view(x.shape) if unmasked else _torch_bn_group(ref, x, mask)
+    torch.testing.assert_close(bn(x, mask) if layout == "seq" else bn(x), expected, **TIGHT)
 
 
 @pytest.mark.parametrize("name", ["brn", "sn"])

@@ -68,35 +68,38 @@ class BatchRenorm(_BatchNorm):
 
     def limits(self, step: torch.Tensor | int) -> tuple[torch.Tensor, torch.Tensor]:
         """(r_max, d_max) after `step` training steps, as tensors: 1 and 0 during the warmup, then linear."""
-        step = torch.as_tensor(step, device=self.step.device)
+        step = torch.as_tensor(step, device=self.step.device).float()  # float32: enough for a fraction
         if self.total_steps is None:
             if not self.flat_schedule and not self._warned:
                 warnings.warn("Batch Renorm was not told the run's length (norms.set_total_steps(model, n)), so "
                               "its schedule cannot place its fractions: it uses the final r_max, d_max from the "
                               "first step", stacklevel=2)
                 self._warned = True
-            frac = torch.ones((), device=step.device)
-        else:  # float32: every accelerator has it, and a fraction needs no more
-            frac = step.float() / self.total_steps
-        r_t = self._ramp(frac, self.r_ramp)
-        d_t = self._ramp(frac, self.d_ramp)
-        return 1 + (self.r_max - 1) * r_t, self.d_max * d_t
+            return step.new_tensor(self.r_max), step.new_tensor(self.d_max)
+        return (self._bound(step, self.r_ramp, 1.0, self.r_max), self._bound(step, self.d_ramp, 0.0, self.d_max))
 
-    def _ramp(self, frac: torch.Tensor, ramp: float) -> torch.Tensor:
+    def _bound(self, step: torch.Tensor, ramp: float, start: float, end: float) -> torch.Tensor:
+        """start until the warmup ends, then linear to end over `ramp` (fractions of total_steps)."""
+        begin = self.warmup * self.total_steps
         if ramp == 0:
-            return (frac >= self.warmup).float()
-        return ((frac - self.warmup) / ramp).clamp(0.0, 1.0)
+            return torch.where(step >= begin, step.new_tensor(end), step.new_tensor(start))
+        slope = (end - start) / (ramp * self.total_steps)
+        return (step * slope + (start - slope * begin)).clamp(min(start, end), max(start, end))
 
     def _correction(self, mean: torch.Tensor, var: torch.Tensor, n) -> tuple[torch.Tensor, torch.Tensor]:
         """r and d (G, C) for G groups' statistics (biased variance, counts n), each group measured against
         the running statistics it would see after the groups before it updated them."""
         r_max, d_max = (b.to(mean.dtype) for b in self.limits(self.step))
-        n = torch.as_tensor(n, dtype=mean.dtype, device=mean.device).expand(mean.shape[0])
-        m = ghost.momenta(n, self.momentum)
-        running_mean = ghost.running_before(self.running_mean, mean, m)
-        sigma = torch.sqrt(ghost.running_before(self.running_var, ghost.unbiased(var, n), m) + self.eps)
-        r = torch.minimum(torch.maximum(torch.sqrt(var + self.eps) / sigma, 1 / r_max), r_max)
-        d = torch.minimum(torch.maximum((mean - running_mean) / sigma, -d_max), d_max)
+        if mean.shape[0] == 1:  # one batch: the running statistics as they are (the common case, kept cheap)
+            running_mean, running_var = self.running_mean, self.running_var
+        else:
+            n = torch.as_tensor(n, dtype=mean.dtype, device=mean.device).expand(mean.shape[0])
+            m = ghost.momenta(n, self.momentum)
+            running_mean = ghost.running_before(self.running_mean, mean, m)
+            running_var = ghost.running_before(self.running_var, ghost.unbiased(var, n), m)
+        sigma = torch.sqrt(running_var + self.eps)
+        r = (torch.sqrt(var + self.eps) / sigma).clamp(r_max.reciprocal(), r_max)
+        d = ((mean - running_mean) / sigma).clamp(-d_max, d_max)
         return r.detach(), d.detach()
 
     def _scale_shift(self, r: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -125,9 +128,12 @@ class BatchRenorm(_BatchNorm):
             r, d = self._correction(mean, var, values)
         self.step.add_(1)
         self.num_batches_tracked.add_(groups)
+        weight, bias = self._scale_shift(r, d)
+        if groups == 1 and self.stats_sink is None:  # the kernel updates the running statistics in place
+            return F.batch_norm(x, self.running_mean, self.running_var, weight[0], bias[0], True, self.momentum,
+                                self.eps)
         counts = torch.full((groups,), float(values), dtype=x.dtype, device=x.device)
         ghost.absorb(self, mean, ghost.unbiased(var, counts), counts)
-        weight, bias = self._scale_shift(r, d)
         # The kernel normalizes each group by its own statistics; r and d ride on its scale and shift.
         y = F.batch_norm(ghost.to_groups(x, groups), None, None, weight.flatten(), bias.flatten(), True, 0.0,
                          self.eps)
