@@ -31,6 +31,8 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
+from normbench.cells import StepNorm
+
 DEFAULT_SAMPLES = 10_000  # Wu & Johnson: ~10k samples make the estimate's error negligible (their figure 3)
 
 
@@ -93,8 +95,6 @@ def recompute_statistics(model: nn.Module, batches: Iterable[Any], num_samples: 
     batch size: drop the last partial batch), stopping once `num_samples` samples were seen (whole batches:
     at least that many when there are enough). `steps`: extend per-step recurrent statistics to that many
     steps first. Returns how many layers changed and how many samples they saw."""
-    from normbench.cells import StepNorm  # cells imports norms; only this function needs it
-
     if steps is not None:
         for m in model.modules():
             if isinstance(m, StepNorm) and m.per_step:

@@ -11,7 +11,7 @@ from normbench.norms import batch, ghost
 
 K, GROUPS, C, T = 3, 4, 5, 6
 N = K * GROUPS
-TIGHT = dict(rtol=1e-10, atol=1e-10)
+TIGHT = {"rtol": 1e-10, "atol": 1e-10}
 SHAPES = {"flat": (N, C), "image": (N, C, 4, 3), "seq": (N, T, C)}
 # seq lengths: every group of 3 keeps >= 2 real tokens (the rule for fewer is tested on its own below)
 LENGTHS = torch.tensor([6, 1, 3, 2, 2, 5, 6, 6, 6, 1, 1, 4])
@@ -82,9 +82,9 @@ def test_ghost_bn_is_torch_batchnorm_on_each_group_in_turn(layout, impl, monkeyp
                "num_batches_tracked": lambda: ref.num_batches_tracked}
     if unmasked:  # statistics over every token of each group: torch's BN on the group's (K T, C) rows
         bn.masked = False
-        reference = lambda x, m: ref(x.reshape(-1, C)).view(x.shape)  # noqa: E731
+        reference = lambda x, m: ref(x.reshape(-1, C)).view(x.shape)
     else:
-        reference = lambda x, m: _torch_bn_group(ref, x, m)  # noqa: E731
+        reference = lambda x, m: _torch_bn_group(ref, x, m)
     _compare(bn, reference, [ref.weight, ref.bias], buffers, layout)
     bn.eval(), ref.eval()
     x, mask = _data(layout, 9).detach(), (None if unmasked else _mask(layout))

@@ -9,7 +9,7 @@ from torch import nn
 from normbench import cells, norms, precise_bn
 
 EPS = 1e-5
-TIGHT = dict(rtol=1e-10, atol=1e-10)
+TIGHT = {"rtol": 1e-10, "atol": 1e-10}
 
 
 def _population(rows):

@@ -18,6 +18,10 @@ def _call(m, x, mask):
     return m(x, mask) if mask is not None else m(x)
 
 
+def _at(total, fraction):
+    return round(fraction * total)
+
+
 def _limits(brn, step):
     r, d = brn.limits(step)
     return r.item(), d.item()
@@ -30,11 +34,10 @@ def test_default_schedule_has_the_papers_shape_at_any_length():
     for total in (1_000, PAPER["total"]):
         brn = norms.create("brn", 4, "flat")
         brn.set_total_steps(total)
-        at = lambda f: round(f * total)  # noqa: E731
-        assert _limits(brn, 0) == (1, 0) and _limits(brn, at(0.04)) == pytest.approx((1, 0), abs=1e-5)
-        assert _limits(brn, at(0.31)) == pytest.approx((3, 5), abs=1e-4)
-        assert _limits(brn, at(0.19)) == pytest.approx((1 + 2 * 0.15 / 0.27, 5), abs=1e-4)
-        assert _limits(brn, at(0.175)) == pytest.approx((1 + 2 * 0.135 / 0.27, 5 * 0.135 / 0.15), abs=1e-3)
+        assert _limits(brn, 0) == (1, 0) and _limits(brn, _at(total, 0.04)) == pytest.approx((1, 0), abs=1e-5)
+        assert _limits(brn, _at(total, 0.31)) == pytest.approx((3, 5), abs=1e-4)
+        assert _limits(brn, _at(total, 0.19)) == pytest.approx((1 + 2 * 0.15 / 0.27, 5), abs=1e-4)
+        assert _limits(brn, _at(total, 0.175)) == pytest.approx((1 + 2 * 0.135 / 0.27, 5 * 0.135 / 0.15), abs=1e-3)
         assert _limits(brn, total) == (3, 5)
     # within 1% of the run of the paper's own milestones, at its own length
     brn = norms.create("brn", 4, "flat")
@@ -97,7 +100,7 @@ def test_batch_renorm_with_rmax_1_dmax_0_is_batchnorm(layout, ghost_batch):
     brn = norms.create("brn", 16, layout, r_max=1.0, d_max=0.0, ghost_batch=ghost_batch).double()
     bn = norms.create("bn", 16, layout, ghost_batch=ghost_batch).double()
     mask = torch.arange(7) < torch.tensor([7, 3, 5, 2])[:, None] if layout == "seq" else None
-    tight = dict(rtol=1e-10, atol=1e-10)
+    tight = {"rtol": 1e-10, "atol": 1e-10}
     for _ in range(4):
         x = (torch.randn(SHAPES[layout], dtype=torch.float64) * 3 + 1).requires_grad_()
         x2 = x.detach().clone().requires_grad_()

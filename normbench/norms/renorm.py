@@ -114,7 +114,7 @@ class BatchRenorm(_BatchNorm):
             return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0,
                                 self.eps)
         check_batch_values(x, "Batch Renorm")
-        n, c = x.shape[:2]
+        c = x.shape[1]
         values = x.numel() // (c * groups)
         ghost.check_group_values(values, self.ghost_batch, "Batch Renorm")
         with torch.no_grad():
