@@ -47,8 +47,10 @@ def main(argv: list[str], console: Console | None = None) -> int:
         raise UserError("usage: normbench norms [NAME]", "run `normbench norms` for the whole catalog")
     console.print(detail_table(argv[0]) if argv else catalog_table())
     if not argv:
+        ghosts = ", ".join(n for n in norms.names() if "ghost_batch" in norms.get(n).options())
         console.print("* includes its own activation (FRN's TLU, EvoNorm-S0's sigmoid gate).\n"
                       "layouts: flat (N, C) for MLPs, image (N, C, H, W) for CNNs, seq (N, T, C) for RNNs. "
+                      f"norm.ghost_batch=K ({ghosts}): batch statistics per group of K samples. "
                       "`normbench norms NAME` lists a norm's options.")
     return 0
 

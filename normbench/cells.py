@@ -7,14 +7,27 @@ placement="output": torch's fused nn.RNN / nn.LSTM / nn.GRU, the norm goes on th
 model does that). Norms that change the layer itself (WeightNorm, Cosine Norm) get a Python-stepped layer
 whose matrices come from the norm's linear builder, for either placement.
 
-placement="recurrent": the norm sits inside the cell at every time step, which PyTorch does not ship:
-  rnn   h_t = tanh(N(W_x x_t + W_h h_{t-1}))                       LN-RNN, Ba et al. 2016, eq. (4)
-  lstm  gates = N_x(W_x x_t) + N_h(W_h h_{t-1}) + b                BN-LSTM, Cooijmans et al. 2016, eq. (6-8);
-        c_t = sig(f) c_{t-1} + sig(i) tanh(g),  h_t = sig(o) tanh(N_c(c_t))     the same form as Ba et al.'s LN-LSTM
-A batch-dependent norm (bn, brn, sn) keeps separate statistics for every time step, sharing its learned
-scale and shift across steps; past the longest step seen in training it uses the last step's statistics
-(Cooijmans et al., section 4); in the LSTM its scale starts at 0.1, as theirs does. With a mask, step t's
-statistics cover the samples still running at t.
+placement="recurrent": the norm sits inside the cell at every time step, which PyTorch does not ship.
+A batch-dependent norm (bn, brn, sn) takes recurrent BN's form, Cooijmans et al. 2016 (arXiv 1603.09025),
+eq. (6-8): W_x x_t and W_h h_{t-1} are normalized separately, each with gamma initialized to 0.1 (their
+section 5 and figure 1: gamma = 1 saturates tanh and kills gradients through time) and no shift of its
+own, and the one bias b is added to their sum:
+  rnn   h_t = tanh(BN_x(W_x x_t) + BN_h(W_h h_{t-1}) + b)            (eq. 6's form for a tanh cell)
+  lstm  gates = BN_x(W_x x_t) + BN_h(W_h h_{t-1}) + b                 (eq. 6)
+        c_t = sig(f) c_{t-1} + sig(i) tanh(g),  h_t = sig(o) tanh(BN_c(c_t))   (eq. 7-8; BN_c keeps its
+        shift, gamma 0.1)
+Each BN keeps separate statistics for every time step, sharing its scale (and shift) across steps; past
+the longest step seen in training it uses the last step's statistics (their section 4). With a mask,
+step t's statistics cover the samples still running at t; `StepNorm.samples_per_step` counts, per step,
+how many real samples its statistics took in training (`samples_per_step(model)` reads it).
+
+A batch-independent norm (ln, gn, rms) takes Ba et al.'s form (2016, arXiv 1607.06450):
+  rnn   h_t = tanh(N(W_x x_t + W_h h_{t-1}))                        LN-RNN, eq. (4); N's shift is the bias
+  lstm  gates = N_x(W_x x_t) + N_h(W_h h_{t-1});  h_t = sig(o) tanh(N_c(c_t))   LN-LSTM; the shifts of N_x
+        and N_h are the gates' bias
+W_x carries no bias of its own where a shift follows it (bn: its mean subtraction cancels the bias
+exactly; ln, gn: their shift covers it), so no parameter is left that only weight decay moves; with rms,
+which has no shift, W_x keeps its bias.
 """
 
 from __future__ import annotations
@@ -28,7 +41,7 @@ from normbench.errors import UserError
 CELLS = ("rnn", "lstm", "gru")
 GATES = {"rnn": 1, "lstm": 4, "gru": 3}
 PLACEMENTS = ("output", "recurrent")
-RECURRENT_BN_GAMMA = 0.1  # initial scale of a batch norm inside an LSTM cell (Cooijmans et al.)
+RECURRENT_BN_GAMMA = 0.1  # initial scale of every batch norm inside a cell (Cooijmans et al., section 5)
 
 
 class TorchRNN(nn.RNN):
@@ -70,33 +83,70 @@ def recurrent_layer(cell: str, input_size: int, hidden: int, make, placement: st
     return SteppedRecurrent(cell, input_size, hidden, make, inner=placement == "recurrent")
 
 
+def _has_shift(module: nn.Module) -> bool:
+    return any(name.rpartition(".")[2] == "bias" for name, _ in module.named_parameters())
+
+
+def _drop_shift(module: nn.Module) -> None:
+    """Remove a norm's learnable shift (beta): Cooijmans et al.'s BN_x and BN_h have none, b replaces them."""
+    for name, _ in list(module.named_parameters()):
+        owner, _, leaf = name.rpartition(".")
+        if leaf == "bias":
+            setattr(module.get_submodule(owner), leaf, None)
+
+
 class StepNorm(nn.Module):
     """One norm at one place in a cell, applied at every time step to (N, C) vectors.
 
     A batch-dependent norm gets one copy per step: the copies own their running statistics and share the
     learnable parameters of step 0's module (`norm`). Copies are made as training reaches new steps (and
-    when a state dict that has them is loaded)."""
+    when a state dict that has them is loaded). `gamma` sets the initial scale of a batch-dependent norm;
+    `shift=False` removes its shift."""
 
-    def __init__(self, make, features: int, batch_gamma: float | None = None):
+    def __init__(self, make, features: int, gamma: float | None = None, shift: bool = True):
         super().__init__()
-        self.make, self.features = make, features
+        self.make, self.features, self.shift = make, features, shift
         self.norm = make(features, "seq")
         self.per_step = make.spec.batch_dependent
         self.steps = nn.ModuleList()  # steps 1, 2, ...
-        weight = getattr(self.norm, "weight", None)
-        if batch_gamma is not None and self.per_step and isinstance(weight, nn.Parameter):
-            nn.init.constant_(weight, batch_gamma)
+        if self.per_step:
+            # real samples whose statistics each step took in training, summed over the run
+            self.register_buffer("samples_per_step", torch.zeros(1, dtype=torch.long))
+            if not shift:
+                _drop_shift(self.norm)
+            weight = getattr(self.norm, "weight", None)
+            if gamma is not None and isinstance(weight, nn.Parameter):
+                nn.init.constant_(weight, gamma)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, step: int) -> torch.Tensor:
-        return self.at(step)(x.unsqueeze(1), mask).squeeze(1)
+        module = self.at(step)
+        if self.per_step and self.training:
+            self.samples_per_step[step] += x.shape[0] if mask is None else mask.sum()
+        if self.per_step and not self.training and module.training and step >= self.trained_steps:
+            # Only PreciseBN puts the norms alone in training mode: a step past the trained ones has no
+            # statistics of its own to re-estimate, so it reads the last step's rather than overwrite them.
+            module.eval()
+            try:
+                return module(x.unsqueeze(1), mask).squeeze(1)
+            finally:
+                module.train()
+        return module(x.unsqueeze(1), mask).squeeze(1)
 
     def at(self, step: int) -> nn.Module:
         if not self.per_step or step == 0:
             return self.norm
         if self.training:
-            while len(self.steps) < step:
-                self.steps.append(self._next())
+            self.extend(step + 1)
         return self.steps[min(step, len(self.steps)) - 1] if self.steps else self.norm
+
+    def extend(self, steps: int) -> None:
+        """Give the first `steps` time steps statistics of their own (new ones start from the last step's)."""
+        while len(self.steps) < steps - 1:
+            self.steps.append(self._next())
+        if self.samples_per_step.numel() < steps:
+            grown = self.samples_per_step.new_zeros(steps)
+            grown[:self.samples_per_step.numel()] = self.samples_per_step
+            self.samples_per_step = grown
 
     @property
     def trained_steps(self) -> int:
@@ -108,6 +158,8 @@ class StepNorm(nn.Module):
         Built afresh and loaded rather than deep-copied, which would also copy any hooks on the module."""
         last = self.steps[-1] if self.steps else self.norm
         new = self.make(self.features, "seq")
+        if not self.shift:
+            _drop_shift(new)
         ref = next((b for b in self.norm.buffers() if b.is_floating_point()), None)
         if ref is not None:
             new.to(ref.device, ref.dtype)
@@ -119,11 +171,26 @@ class StepNorm(nn.Module):
         return new.train(self.training)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # The module loader visits children after this call, so make the steps the state dict holds first.
+        # The module loader visits children after this call, so match the steps the state dict holds first
+        # (more, from a longer run; or fewer, restoring a copy taken before steps were added).
         steps = {int(k[len(prefix) + 6:].split(".")[0]) for k in state_dict if k.startswith(prefix + "steps.")}
-        while len(self.steps) < (max(steps) + 1 if steps else 0):
-            self.steps.append(self._next())
+        count = max(steps) + 1 if steps else 0
+        del self.steps[count:]
+        if self.per_step:
+            self.extend(count + 1)
+        saved = state_dict.get(prefix + "samples_per_step")
+        if saved is not None and self.per_step:
+            self.samples_per_step = self.samples_per_step.new_zeros(saved.shape)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+def samples_per_step(model: nn.Module) -> list[int] | None:
+    """Real training samples each time step's statistics took, from the model's first per-step norm (every
+    place in a cell sees the same samples); None when the model has no per-step statistics."""
+    for m in model.modules():
+        if isinstance(m, StepNorm) and m.per_step:
+            return [int(v) for v in m.samples_per_step]
+    return None
 
 
 class SteppedRecurrent(nn.Module):
@@ -134,10 +201,8 @@ class SteppedRecurrent(nn.Module):
         super().__init__()
         self.cell, self.hidden = cell, hidden
         gates = GATES[cell] * hidden
-        self.ih = make.linear(input_size, gates)  # carries the bias b
-        self.hh = make.linear(hidden, gates, bias=cell == "gru")  # GRU's reset gate needs b_hn inside
-        self.norm_x = self.norm_h = self.norm_c = None
-        if inner and not make.reparameterizes and make.name != "none":
+        inner = inner and not make.reparameterizes and make.name != "none"
+        if inner:
             if "flat" in make.spec.unsupported:
                 raise UserError(f"{make.name} cannot go inside a recurrent cell: each step's pre-activation is a "
                                 f"flat (N, C) vector, one value per channel, where {make.name} is not defined",
@@ -146,20 +211,30 @@ class SteppedRecurrent(nn.Module):
                 raise UserError(f"{make.name} includes its own activation, which inside a recurrent cell would act on "
                                 "the gate pre-activations before the cell's sigmoid and tanh",
                                 "use model.placement=output, or ln / rms / bn inside the cell")
-            self.norm_h = StepNorm(make, gates)  # rnn: the norm of the summed pre-activation (Ba eq. 4)
+        self.norm_x = self.norm_h = self.norm_c = None
+        self.bias = None  # recurrent BN's b, on the sum of the normalized terms
+        ih_bias = True
+        if inner and make.spec.batch_dependent:  # Cooijmans et al., eq. (6-8)
+            self.norm_x = StepNorm(make, gates, RECURRENT_BN_GAMMA, shift=False)
+            self.norm_h = StepNorm(make, gates, RECURRENT_BN_GAMMA, shift=False)
             if cell == "lstm":
-                # Cooijmans et al., section 5: BN-LSTM's gamma starts at 0.1, not 1, which keeps the gates and
-                # tanh out of saturation so gradients flow through time (their figure 1).
-                self.norm_h = StepNorm(make, gates, RECURRENT_BN_GAMMA)
-                self.norm_x = StepNorm(make, gates, RECURRENT_BN_GAMMA)
                 self.norm_c = StepNorm(make, hidden, RECURRENT_BN_GAMMA)
+            self.bias = nn.Parameter(torch.zeros(gates))
+            ih_bias = False
+        elif inner:  # Ba et al.: LN-RNN on the sum, LN-LSTM on each term
+            self.norm_h = StepNorm(make, gates)
+            if cell == "lstm":
+                self.norm_x, self.norm_c = StepNorm(make, gates), StepNorm(make, hidden)
+            ih_bias = not _has_shift(self.norm_h)
+        self.ih = make.linear(input_size, gates, bias=ih_bias)
+        self.hh = make.linear(hidden, gates, bias=cell == "gru")  # GRU's reset gate needs b_hn inside
 
     def forward(self, seq: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         n, steps, _ = seq.shape
         if mask is not None:  # no step past the longest sequence: it would have no real sample for statistics
             steps = max(1, int(mask.sum(1).max()))
         # Every step's W_x x at once, split by unbind: its backward stacks the steps' gradients once,
-        # where indexing xs[:, t] zero-filled a whole (N, T, gates) gradient per step (45% of LN-LSTM's time).
+        # where indexing xs[:, t] zero-filled a whole (N, T, gates) gradient per step (docs/performance.md).
         xs = self.ih(seq[:, :steps]).unbind(1)
         h = seq.new_zeros(n, self.hidden)
         c = seq.new_zeros(n, self.hidden)
@@ -176,13 +251,15 @@ class SteppedRecurrent(nn.Module):
 
     def _step(self, x, h, c, m, t):
         hh = self.hh(h)
+        if self.norm_x is not None:  # each term normalized on its own (recurrent BN; LN-LSTM)
+            x, hh = self.norm_x(x, m, t), self.norm_h(hh, m, t)
+        a = x + hh if self.bias is None else x + hh + self.bias
         if self.cell == "rnn":
-            a = x + hh
-            return torch.tanh(a if self.norm_h is None else self.norm_h(a, m, t)), c
+            if self.norm_h is not None and self.norm_x is None:  # LN-RNN: one norm on the sum
+                a = self.norm_h(a, m, t)
+            return torch.tanh(a), c
         if self.cell == "lstm":
-            if self.norm_h is not None:
-                x, hh = self.norm_x(x, m, t), self.norm_h(hh, m, t)
-            i, f, g, o = (x + hh).chunk(4, 1)
+            i, f, g, o = a.chunk(4, 1)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             return torch.sigmoid(o) * torch.tanh(c if self.norm_c is None else self.norm_c(c, m, t)), c
         xr, xz, xn = x.chunk(3, 1)

@@ -113,10 +113,12 @@ class NormConfig:
     affine: Optional[bool] = None  # learnable scale and shift
     groups: Optional[int] = None  # channel groups (gn, evonorm)
     masked: Optional[bool] = None  # seq layout: statistics over real tokens only (false = naive, padding counted)
+    ghost_batch: Optional[int] = None  # bn, brn, sn: statistics over groups of this many samples (null = whole batch)
     r_max: Optional[float] = None  # brn: final bound on r = sigma_B / sigma (1 = plain BN)
     d_max: Optional[float] = None  # brn: final bound on d = (mu_B - mu) / sigma (0 = plain BN)
-    renorm_warmup: Optional[int] = None  # brn: steps of plain BN before r_max, d_max relax
-    renorm_ramp: Optional[int] = None  # brn: steps over which r_max, d_max relax linearly to their final values
+    renorm_warmup_frac: Optional[float] = None  # brn: fraction of the run's steps trained as plain BN first
+    renorm_r_ramp_frac: Optional[float] = None  # brn: then r_max relaxes linearly over this fraction of the run
+    renorm_d_ramp_frac: Optional[float] = None  # brn: and d_max over this fraction of the run
     learn_eps: Optional[bool] = None  # frn: learn eps (null = on for flat/seq, where each channel holds one value)
     track_stats: bool = runtime(False)  # log each norm layer's input mean/std and scale/shift to TensorBoard
     track_every: int = runtime(100)  # ... every this many steps

@@ -52,6 +52,6 @@ def test_normbench_norms_prints_the_catalog(tmp_path):
         spec = norms.get(name)
         assert f" {name} " in r.stdout and spec.paper.split(",")[0] in r.stdout
     detail = normbench_cli("norms", "brn", cwd=tmp_path)
-    assert detail.returncode == 0 and "r_max" in detail.stdout and "renorm_ramp" in detail.stdout
+    assert detail.returncode == 0 and "r_max" in detail.stdout and "renorm_r_ramp_frac" in detail.stdout
     bad = normbench_cli("norms", "xn", cwd=tmp_path)
     assert bad.returncode == 2 and "choose one of: none, bn" in bad.stderr

@@ -70,7 +70,7 @@ def test_invariant_to_scaling_the_input(name, layout):
 
 
 def _brn_now(name):
-    return {"renorm_warmup": 0, "renorm_ramp": 0} if name == "brn" else {}
+    return {"renorm_warmup_frac": 0, "renorm_r_ramp_frac": 0, "renorm_d_ramp_frac": 0} if name == "brn" else {}
 
 
 @pytest.mark.parametrize("name", ["bn", "brn", "sn"])
@@ -129,43 +129,6 @@ def test_switchable_norm_with_one_branch_is_that_norm(layout, branch, reference)
     torch.testing.assert_close(_call(sn, x, mask)[real], _call(ref, x, mask)[real], atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("layout", ["flat", "image", "seq"])
-def test_batch_renorm_with_rmax_1_dmax_0_is_batchnorm(layout):
-    """Reference: Ioffe 2017, section 3: with r_max = 1 and d_max = 0, r = 1 and d = 0, so Batch Renorm is
-    BN: outputs, gradients and running statistics over several steps, then eval."""
-    torch.manual_seed(0)
-    brn = norms.create("brn", 16, layout, r_max=1.0, d_max=0.0, momentum=0.1)
-    bn = norms.create("bn", 16, layout, momentum=0.1)
-    mask = torch.arange(7) < torch.tensor([7, 3, 5, 2])[:, None] if layout == "seq" else None
-    for _ in range(4):
-        x = (torch.randn(SHAPES[layout]) * 3 + 1).requires_grad_()
-        x2 = x.detach().clone().requires_grad_()
-        y1, y2 = _call(brn, x, mask), _call(bn, x2, mask)
-        torch.testing.assert_close(y1, y2)
-        g = torch.randn_like(y1)
-        y1.backward(g), y2.backward(g)
-        torch.testing.assert_close(x.grad, x2.grad)
-        torch.testing.assert_close(brn.weight.grad, bn.weight.grad)
-    torch.testing.assert_close(brn.running_mean, bn.running_mean)
-    torch.testing.assert_close(brn.running_var, bn.running_var)
-    brn.eval(), bn.eval()
-    x = torch.randn(SHAPES[layout])
-    torch.testing.assert_close(_call(brn, x, mask), _call(bn, x, mask))
-
-
-def test_batch_renorm_schedule_relaxes_from_batchnorm():
-    """Reference: the paper's schedule: r_max = 1, d_max = 0 during warmup, then linear to the final values."""
-    brn = norms.create("brn", 4, "flat", r_max=3.0, d_max=5.0, renorm_warmup=10, renorm_ramp=20)
-    for step, (r, d) in {0: (1, 0), 10: (1, 0), 20: (2, 2.5), 30: (3, 5), 100: (3, 5)}.items():
-        assert brn.limits(step) == pytest.approx((r, d)), step
-    for _ in range(3):
-        brn(torch.randn(5, 4))
-    assert brn._step() == brn.num_batches_tracked.item() == 3
-    brn.num_batches_tracked.fill_(17)  # as a loaded checkpoint would
-    brn.load_state_dict(brn.state_dict())
-    assert brn._step() == 17
-
-
 @pytest.mark.parametrize("name", ["bn", "brn", "sn"])
 def test_one_value_per_channel_in_training_is_a_user_error(name):
     """Reference: the definition: a batch of one flat sample has no batch variance. Eval (running
@@ -187,6 +150,14 @@ def test_impossible_combinations_fail_at_build_with_why_and_what_instead():
         norms.create("gn", 8, "flat", groups=8)
     with pytest.raises(UserError, match="EvoNorm-S0 groups=3"):
         norms.create("evonorm", 8, "image", groups=3)
+    # more groups than channels: refused, naming the channel count and a valid value, never clipped (the
+    # run's recorded norm.groups must be what was built)
+    with pytest.raises(UserError, match="GroupNorm groups=8 is more than this layer's 4 channels.*at most 4"):
+        norms.create("gn", 4, "image", groups=8)
+    with pytest.raises(UserError, match="groups=8 is more than this layer's 4 channels.*at most 2; valid here: 1, 2"):
+        norms.create("gn", 4, "flat", groups=8)
+    with pytest.raises(UserError, match="EvoNorm-S0 groups=16 is more than this layer's 8 channels.*at most 8"):
+        norms.create("evonorm", 8, "image", groups=16)
     with pytest.raises(UserError, match="is 1 x 1"):
         norms.create("in", 8, "image")(torch.randn(2, 8, 1, 1))
     with pytest.raises(UserError, match="takes no option groups"):

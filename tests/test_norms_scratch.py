@@ -82,8 +82,9 @@ def test_sync_free_masked_path_equals_gather_path(name):
     """Reference: the CPU path (gather the real tokens, normalize them with the flat module). The accelerator
     path weights rows by the mask instead, so it never needs the data-dependent count on the host."""
     torch.manual_seed(0)
-    gather = norms.create(name, 16, "seq", **({"renorm_warmup": 0, "renorm_ramp": 2} if name == "brn" else {}))
-    weighted = norms.create(name, 16, "seq", **({"renorm_warmup": 0, "renorm_ramp": 2} if name == "brn" else {}))
+    opts = {"renorm_warmup_frac": 0.0, "renorm_r_ramp_frac": 0.5, "renorm_d_ramp_frac": 0.5} if name == "brn" else {}
+    gather, weighted = norms.create(name, 16, "seq", **opts), norms.create(name, 16, "seq", **opts)
+    norms.set_total_steps(gather, 4), norms.set_total_steps(weighted, 4)  # r, d bounds move during the test
     weighted.load_state_dict(gather.state_dict())
     rows_fn = weighted._weighted_rows if name == "sn" else weighted._weighted
     mask = _mask(SHAPES["seq"])

@@ -4,6 +4,7 @@
     norms.names()                                   # ['none', 'bn', 'ln', 'in', 'gn', ...]
     bn = norms.create("bn", 32, "image")            # nn.Module for (N, 32, H, W)
     make = norms.factory("gn", groups=8)            # what a model receives
+    norms.set_total_steps(model, 5000)              # before training: Batch Renorm's schedule needs it
 
 Each family lives in its own module and registers itself on import; see registry.py for the spec.
 """
@@ -13,5 +14,6 @@ from normbench.norms.registry import LAYOUTS, NormFactory, NormSpec, create, fac
 # Importing a family registers its norms, in catalog order.
 from normbench.norms import basic, batch, layer, group, rms, weight  # noqa: E402,F401  isort: skip
 from normbench.norms import switchable, renorm, frn, evonorm  # noqa: E402,F401  isort: skip
+from normbench.norms.renorm import set_total_steps  # noqa: E402  isort: skip
 
-__all__ = ["LAYOUTS", "NormFactory", "NormSpec", "create", "factory", "get", "names", "register"]
+__all__ = ["LAYOUTS", "NormFactory", "NormSpec", "create", "factory", "get", "names", "register", "set_total_steps"]

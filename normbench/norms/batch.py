@@ -2,64 +2,114 @@
 
     bn = norms.create("bn", 64, "seq")        # forward(x, mask): statistics over real tokens only
     bn = norms.create("bn", 64, "seq", masked=False)   # naive: the padding is counted too
+    bn = norms.create("bn", 64, "image", ghost_batch=4)   # statistics over each group of 4 samples
 
 On `seq` layout the statistics cover real tokens only when given a mask (PowerNorm's masked BN,
 Shen et al. 2020); `masked=False` reproduces the naive layer whose statistics include the padding.
-`impl="scratch"` selects the from-scratch twin in scratch.py, checked equal to this one.
+`ghost_batch=K` normalizes each group of K consecutive samples by its own statistics and updates the
+running statistics once per group, in order (Hoffer et al. 2017; see ghost.py); `num_batches_tracked`
+then counts groups, as K-sample BatchNorm calls would. `impl="scratch"` selects the from-scratch twin in
+scratch.py, checked equal to this one.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from normbench.norms.common import batch_seq, check_batch_values, masked_moments, update_running
+from normbench.norms import ghost
+from normbench.norms.common import batch_seq, check_batch_values
 from normbench.norms.registry import NormSpec, check_impl, register
+
+
+# Ghost batches on the CPU: with this many values per channel in a group or more, one kernel call per group
+# beat one call over all groups folded into channels (to_groups copies the input and its gradient); below
+# it, the calls' overhead wins. Measured on 64x256, 64x32x28x28 and 64x28x256 inputs, K = 2-32 (one thread).
+# Accelerators always take the one-call path (one launch instead of G).
+LOOP_MIN_VALUES = 32
 
 
 class BatchNorm(_BatchNorm):
     """torch's BatchNorm kernel for every layout: (N, C), (N, C, H, W), and (N, T, C) with a padding mask."""
 
-    def __init__(self, num_features: int, layout: str, *, masked: bool = True, **kwargs):
-        super().__init__(num_features, **kwargs)
-        self.layout, self.masked = layout, masked
+    stats_sink = None  # set by PreciseBN: receives the batch statistics instead of the running buffers
 
-    def _check_input_dim(self, x: torch.Tensor) -> None:
-        if self.training:
-            check_batch_values(x, "BatchNorm")
+    def __init__(self, num_features: int, layout: str, *, masked: bool = True, ghost_batch: int | None = None,
+                 **kwargs):
+        super().__init__(num_features, **kwargs)
+        self.layout, self.masked, self.ghost_batch = layout, masked, ghost_batch
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        groups = ghost.num_groups(x.shape[0], self.ghost_batch, "BatchNorm") if self.training else 1
         if self.layout != "seq":
-            return super().forward(x)
-        return batch_seq(x, mask, self.masked, super().forward, self._weighted, self.training)
+            return self._dense(x, groups)
+        return batch_seq(x, mask, self.masked, lambda rows: self._dense(rows, groups),
+                         lambda rows, w: self._weighted(rows, w, groups), self.training, groups > 1)
 
-    def _weighted(self, xf: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """Statistics over the rows with w = 1 (the accelerator path: no data-dependent shapes)."""
+    def _dense(self, x: torch.Tensor, groups: int) -> torch.Tensor:
+        """(N, C, ...) with every position counted: the kernel, over G C channels for G ghost batches."""
         if not self.training:
-            return super().forward(xf) * w
-        mean, var, n = masked_moments(xf, w)
-        self.num_batches_tracked.add_(1)
-        update_running(self.running_mean, self.running_var, mean, var, n, self.momentum)
-        y = (xf - mean) * torch.rsqrt(var + self.eps)
-        if self.affine:
-            y = torch.addcmul(self.bias, y, self.weight)
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0,
+                                self.eps)
+        check_batch_values(x, "BatchNorm")
+        if groups == 1 and self.stats_sink is None:  # the kernel updates the running statistics in place
+            self.num_batches_tracked.add_(1)
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, True,
+                                self.momentum, self.eps)
+        values = x.numel() // (x.shape[1] * groups)
+        ghost.check_group_values(values, self.ghost_batch, "BatchNorm")
+        if x.device.type == "cpu" and values >= LOOP_MIN_VALUES and self.stats_sink is None:
+            # K-sample kernel calls in turn: the definition itself, running statistics updated in place.
+            self.num_batches_tracked.add_(groups)
+            return torch.cat([F.batch_norm(part, self.running_mean, self.running_var, self.weight, self.bias, True,
+                                           self.momentum, self.eps) for part in x.chunk(groups)])
+        xg = ghost.to_groups(x, groups)
+        # Momentum 1 into fresh buffers: the kernel hands back each group's mean and unbiased variance.
+        mean, var = x.new_zeros(xg.shape[1]), x.new_ones(xg.shape[1])
+        weight = None if self.weight is None else self.weight.repeat(groups)
+        bias = None if self.bias is None else self.bias.repeat(groups)
+        y = F.batch_norm(xg, mean, var, weight, bias, True, 1.0, self.eps)
+        self.num_batches_tracked.add_(groups)
+        ghost.absorb(self, mean.view(groups, -1), var.view(groups, -1), values)
+        return ghost.from_groups(y, groups)
+
+    def _weighted(self, xf: torch.Tensor, w: torch.Tensor, groups: int = 1) -> torch.Tensor:
+        """Statistics over the rows with w = 1 (the accelerator path: no data-dependent shapes), per group
+        of rows for ghost batches."""
+        if not self.training:
+            return F.batch_norm(xf, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0,
+                                self.eps) * w
+        mean, var, n = ghost.grouped_masked_moments(xf, w, groups)
+        self.num_batches_tracked.add_(groups)
+        ghost.absorb(self, mean, ghost.unbiased(var, n), n)
+        rows = xf.shape[0]
+        y = (xf - ghost.spread(mean, groups, rows)) * torch.rsqrt(ghost.spread(var, groups, rows) + self.eps)
+        if self.weight is not None:
+            y = y * self.weight
+        if self.bias is not None:
+            y = y + self.bias
         return y * w
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, layout={self.layout}, masked={self.masked}"
+        return f"{super().extra_repr()}, layout={self.layout}, masked={self.masked}, ghost_batch={self.ghost_batch}"
 
 
 @register(NormSpec(
     name="bn", full_name="BatchNorm",
-    stats_over="batch (+ H, W / + T) per channel; running stats at eval",
+    stats_over="batch (+ H, W / + T) per channel, or each ghost batch; running stats at eval",
     batch_dependent=True, params="scale, shift per channel",
     paper="Ioffe & Szegedy 2015, arXiv 1502.03167",
 ))
 def build_bn(num_features: int, layout: str, *, eps: float = 1e-5, momentum: float = 0.1,
-             affine: bool = True, masked: bool = True, impl: str = "native") -> nn.Module:
+             affine: bool = True, masked: bool = True, ghost_batch: int | None = None,
+             impl: str = "native") -> nn.Module:
+    ghost.check_option(ghost_batch, "BatchNorm")
     if check_impl(impl) == "scratch":
         from normbench.norms.scratch import ScratchBatchNorm
 
-        return ScratchBatchNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, masked=masked)
-    return BatchNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, masked=masked)
+        return ScratchBatchNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, masked=masked,
+                                ghost_batch=ghost_batch)
+    return BatchNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, masked=masked,
+                     ghost_batch=ghost_batch)

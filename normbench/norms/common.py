@@ -56,6 +56,13 @@ def check_batch_values(x: Tensor, name: str, channel_dim: int = 1) -> None:
         )
 
 
+def check_spatial(x: Tensor, name: str) -> None:
+    """Per-sample per-channel statistics over H, W need two or more positions (torch raises ValueError)."""
+    if x.shape[2] * x.shape[3] == 1:
+        raise UserError(f"{name} averages over H x W per channel, and this input {tuple(x.shape)} is 1 x 1",
+                        "use ln or gn here, or keep the feature maps larger than 1 x 1")
+
+
 def mean_var(x: Tensor, dims, keepdim: bool = True) -> tuple[Tensor, Tensor]:
     """Mean and biased variance over `dims`, in two passes (stable). torch.var_mean's CPU kernel measured
     10-50x slower than this on our shapes (torch 2.x, one thread), so the norms use this instead."""
@@ -81,23 +88,8 @@ def masked_moments(xf: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return mean, var, n
 
 
-@torch.no_grad()
-def update_running(running_mean: Tensor, running_var: Tensor, mean: Tensor, var: Tensor, n, momentum: float) -> None:
-    """BatchNorm's running averages; the variance is stored unbiased (n / (n - 1)), as torch and the paper do.
-    A batch with fewer than two values (possible only with a mask) has no variance estimate: no update."""
-    if not torch.is_tensor(n):
-        if n >= 2:
-            running_mean.lerp_(mean.detach(), momentum)
-            running_var.lerp_(var.detach() * (n / (n - 1)), momentum)
-        return
-    keep = n < 2  # a tensor: decided on the device, without a host sync
-    unbiased = var * (n / (n - 1).clamp_min(1))
-    running_mean.copy_(torch.where(keep, running_mean, torch.lerp(running_mean, mean.detach(), momentum)))
-    running_var.copy_(torch.where(keep, running_var, torch.lerp(running_var, unbiased.detach(), momentum)))
-
-
 def batch_seq(x: Tensor, mask: Tensor | None, masked: bool, flat: Callable[[Tensor], Tensor],
-              weighted: Callable[[Tensor, Tensor], Tensor], training: bool) -> Tensor:
+              weighted: Callable[[Tensor, Tensor], Tensor], training: bool, ghost: bool = False) -> Tensor:
     """Run a batch-statistics norm on (N, T, C) tokens: `flat` normalizes (M, C) rows over the batch.
 
     With a mask (and `masked`), statistics cover real tokens only and padding outputs are 0. On the CPU the
@@ -105,12 +97,13 @@ def batch_seq(x: Tensor, mask: Tensor | None, masked: bool, flat: Callable[[Tens
     on an accelerator `weighted(rows, w)` computes the same with a 0/1 weight per row, so the data-dependent
     count never has to reach the host. A training batch with fewer than two real tokens (a late step of
     recurrent BN) has no variance: `weighted` handles it (zero variance, running statistics left alone)
-    rather than failing mid-run on what the data happened to be.
+    rather than failing mid-run on what the data happened to be. With ghost batches (`ghost`, in training)
+    the rows stay in place, grouped by sample, so masked statistics take the weighted path on every device.
     """
     c = x.shape[-1]
     if mask is None or not masked:
         return flat(x.reshape(-1, c)).view(x.shape)
-    if x.device.type == "cpu":
+    if x.device.type == "cpu" and not (ghost and training):
         idx = mask.reshape(-1).nonzero().squeeze(1)  # index_select/index_copy: ~1.5x faster than x[mask]
         if idx.numel() >= 2 or not training:
             rows = flat(x.reshape(-1, c).index_select(0, idx))

@@ -43,6 +43,5 @@ class EvoNormS0(nn.Module):
     own_activation=True,
 ))
 def build_evonorm(num_features: int, layout: str, *, groups: int = 8, eps: float = 1e-5) -> nn.Module:
-    groups = min(groups, num_features)
     check_groups(groups, num_features, layout, name="EvoNorm-S0")
     return EvoNormS0(num_features, layout, groups=groups, eps=eps)

@@ -12,10 +12,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from normbench.errors import UserError
+from normbench.norms.common import check_spatial
 from normbench.norms.registry import NormSpec, check_impl, register
 
 
 def check_groups(groups: int, num_features: int, layout: str = "image", name: str = "GroupNorm") -> None:
+    """`groups` must divide this layer's channels; it is never clipped, so results.json's norm.groups is
+    what was built."""
+    if groups > num_features:  # a layer narrower than the requested groups: refuse, never clip silently
+        valid = [g for g in range(1, num_features + 1)
+                 if num_features % g == 0 and (layout == "image" or g < num_features)]
+        raise UserError(f"{name} groups={groups} is more than this layer's {num_features} channels",
+                        f"set norm.groups to at most {max(valid, default=1)}; valid here: "
+                        f"{', '.join(map(str, valid)) or 'none'}")
     if groups < 1 or num_features % groups:
         divisors = [g for g in range(1, num_features + 1) if num_features % g == 0]
         raise UserError(
@@ -28,13 +37,6 @@ def check_groups(groups: int, num_features: int, layout: str = "image", name: st
             "so there is nothing to average",
             f"set norm.groups to at most {num_features // 2}",
         )
-
-
-def check_spatial(x: torch.Tensor, name: str) -> None:
-    """Per-sample per-channel statistics over H, W need two or more positions (torch raises ValueError)."""
-    if x.shape[2] * x.shape[3] == 1:
-        raise UserError(f"{name} averages over H x W per channel, and this input {tuple(x.shape)} is 1 x 1",
-                        "use ln or gn here, or keep the feature maps larger than 1 x 1")
 
 
 class InstanceNorm(nn.InstanceNorm2d):
@@ -86,7 +88,6 @@ def build_gn(num_features: int, layout: str, *, groups: int = 8, eps: float = 1e
              affine: bool = True, impl: str = "native") -> nn.Module:
     # The paper's default is 32 groups on ResNets of 64-2048 channels; our models have 32-256
     # channels, and 8 groups keeps at least 4 channels per group.
-    groups = min(groups, num_features)
     check_groups(groups, num_features, layout)
     if check_impl(impl) == "scratch":
         from normbench.norms.scratch import ScratchGroupNorm

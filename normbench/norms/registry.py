@@ -100,6 +100,10 @@ def get(name: str) -> NormSpec:
 
 def _check_options(spec: NormSpec, options: dict) -> None:
     unknown = set(options) - set(spec.options())
+    if "ghost_batch" in unknown:
+        ghosts = ", ".join(s.name for s in _REGISTRY.values() if "ghost_batch" in s.options())
+        raise UserError(f"{spec.name} is batch-independent, so there is no batch statistic for norm.ghost_batch "
+                        "to split", f"ghost_batch applies to {ghosts}; leave norm.ghost_batch=null")
     if unknown == {"impl"}:
         with_impl = ", ".join(s.name for s in _REGISTRY.values() if "impl" in s.options())
         raise UserError(f"{spec.name} has no PyTorch kernel, so no from-scratch twin to select with norm.impl",
@@ -107,6 +111,11 @@ def _check_options(spec: NormSpec, options: dict) -> None:
     if unknown:
         valid = ", ".join(spec.options()) or "none"
         raise UserError(f"{spec.name} takes no option {', '.join(sorted(unknown))}", f"its options are: {valid}")
+
+
+def _without_null_ghost(options: dict) -> dict:
+    """ghost_batch=None means the whole batch, which every norm computes: not an option to refuse."""
+    return {k: v for k, v in options.items() if not (k == "ghost_batch" and v is None)}
 
 
 def _check(spec: NormSpec, layout: str, options: dict) -> None:
@@ -120,6 +129,7 @@ def _check(spec: NormSpec, layout: str, options: dict) -> None:
 def create(name: str, num_features: int, layout: str, **options) -> nn.Module:
     """Build norm `name` for `num_features` channels in `layout`; unknown options or layouts fail."""
     spec = get(name)
+    options = _without_null_ghost(options)
     _check(spec, layout, options)
     module = spec.build(num_features, layout, **options)
     setattr(module, TAG, (name, layout))
@@ -135,6 +145,7 @@ class NormFactory:
 
     def __init__(self, name: str, **options):
         self.spec = get(name)
+        options = _without_null_ghost(options)
         self.name, self.options = name, options
         _check_options(self.spec, options)
 

@@ -1,16 +1,32 @@
-"""Batch Renormalization (Ioffe 2017): BN whose training output is corrected toward the running statistics,
-so training and inference compute the same function of each example.
+"""Batch Renormalization (Ioffe 2017, arXiv 1702.03275): BN whose training output is corrected toward the
+running statistics, so training and inference compute the same function of each example.
 
-    brn = norms.create("brn", 64, "image", r_max=3.0, d_max=5.0, renorm_warmup=500, renorm_ramp=2500)
+    brn = norms.create("brn", 64, "image")     # the paper's schedule, as fractions of the run
+    brn.set_total_steps(10_000)                # or norms.set_total_steps(model, n): the run's length
 
 Training: x_hat = (x - mu_B) / sigma_B * r + d with r = clip(sigma_B / sigma, 1/r_max, r_max) and
 d = clip((mu_B - mu) / sigma, -d_max, d_max), both without gradient; inference uses (mu, sigma) as BN does.
-The bounds start at r_max = 1, d_max = 0 (plain BN) for `renorm_warmup` steps and relax linearly to their
-final values over `renorm_ramp` steps (the paper: BN for 5k steps, r_max 3 at 40k, d_max 5 at 25k, on a
-much longer run). With r_max = 1, d_max = 0 it is BN exactly (tests/test_norms_properties.py).
+
+The schedule is in fractions of the run's training steps, so it has the paper's shape at any run length.
+The paper (section 4.1) trains 130k steps: plain BN (r_max = 1, d_max = 0) for the first 5k, then relaxes
+the bounds linearly to reach r_max = 3 at 40k and d_max = 5 at 25k. Here: plain BN for the first
+`renorm_warmup_frac` = 0.04 of the run (5k / 130k = 0.038), then r_max relaxes over the next
+`renorm_r_ramp_frac` = 0.27 (reached at 0.31 ~ 40k / 130k) and d_max over the next `renorm_d_ramp_frac` =
+0.15 (reached at 0.19 ~ 25k / 130k). A ramp of 0 jumps to the final bound when the warmup ends. The module
+learns the run's length from `set_total_steps(n)` (the engine calls it). Without it (a layer used outside a
+run: a benchmark, a forward pass in a test) there is no run to take fractions of, and the bounds are the
+final r_max, d_max from the first step, with a warning, unless the schedule is flat anyway.
+
+Momentum 0.1, BatchNorm's, so a comparison with bn changes the correction only (the paper does not state
+one; the `r_max=1, d_max=0` ablation is then bn exactly: tests/test_renorm.py). The step counter `step` is a
+tensor buffer and the bounds are computed from it on the device, so the schedule costs no host sync and
+does not recompile under torch.compile. `num_batches_tracked` counts running-statistics updates (ghost
+batches), as bn's does; `step` counts training forward passes.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -18,106 +34,166 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from normbench.errors import UserError
-from normbench.norms.common import batch_seq, check_batch_values, masked_moments, mean_var, update_running
+from normbench.norms import ghost
+from normbench.norms.common import batch_seq, check_batch_values, mean_var
 from normbench.norms.registry import NormSpec, register
 
 
 class BatchRenorm(_BatchNorm):
-    """Batch Renorm on torch's BN kernel: r and d fold into the kernel's scale and shift, so the only
-    extra work is one no-grad pass for the batch statistics."""
+    """Batch Renorm on torch's BN kernel: r and d fold into the kernel's scale and shift (per ghost batch, one
+    kernel "channel" per (group, channel)), so the only extra work is one no-grad pass for the statistics."""
+
+    stats_sink = None  # set by PreciseBN: receives the batch statistics instead of the running buffers
 
     def __init__(self, num_features: int, layout: str, *, eps: float, momentum: float, affine: bool,
-                 masked: bool, r_max: float, d_max: float, warmup: int, ramp: int):
+                 masked: bool, ghost_batch: int | None, r_max: float, d_max: float, warmup: float,
+                 r_ramp: float, d_ramp: float):
         super().__init__(num_features, eps=eps, momentum=momentum, affine=affine)
-        self.layout, self.masked = layout, masked
-        self.r_max, self.d_max, self.warmup, self.ramp = r_max, d_max, warmup, ramp
-        self._host_step: int | None = None
+        self.layout, self.masked, self.ghost_batch = layout, masked, ghost_batch
+        self.r_max, self.d_max, self.warmup, self.r_ramp, self.d_ramp = r_max, d_max, warmup, r_ramp, d_ramp
+        self.total_steps: int | None = None
+        self._warned = False
+        self.register_buffer("step", torch.tensor(0, dtype=torch.long))
 
-    def limits(self, step: int) -> tuple[float, float]:
-        """(r_max, d_max) after `step` training steps: 1 and 0 during warmup, then linear to the final values."""
-        t = min(max((step - self.warmup) / self.ramp, 0.0), 1.0) if self.ramp else float(step >= self.warmup)
-        return 1 + (self.r_max - 1) * t, self.d_max * t
+    def set_total_steps(self, total_steps: int) -> None:
+        """The run's number of training steps, which the schedule's fractions refer to."""
+        if total_steps < 1:
+            raise UserError(f"Batch Renorm's schedule needs a run of >= 1 steps (got {total_steps})")
+        self.total_steps = int(total_steps)
 
-    def _step(self) -> int:
-        """Training steps so far, counted on the host so the schedule is free of device ops and syncs; read
-        from the buffer once (at the first step, or after a checkpoint is loaded)."""
-        if self._host_step is None:
-            self._host_step = int(self.num_batches_tracked)
-        return self._host_step
+    @property
+    def flat_schedule(self) -> bool:
+        """True when the bounds never change, so the run's length is not needed."""
+        return (self.r_max == 1 and self.d_max == 0) or (self.warmup == self.r_ramp == self.d_ramp == 0)
 
-    def _count_step(self) -> None:
-        self._host_step = self._step() + 1
-        self.num_batches_tracked.add_(1)
+    def limits(self, step: torch.Tensor | int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(r_max, d_max) after `step` training steps, as tensors: 1 and 0 during the warmup, then linear."""
+        step = torch.as_tensor(step, device=self.step.device).float()  # float32: enough for a fraction
+        if self.total_steps is None:
+            if not self.flat_schedule and not self._warned:
+                warnings.warn("Batch Renorm was not told the run's length (norms.set_total_steps(model, n)), so "
+                              "its schedule cannot place its fractions: it uses the final r_max, d_max from the "
+                              "first step", stacklevel=2)
+                self._warned = True
+            return step.new_tensor(self.r_max), step.new_tensor(self.d_max)
+        return (self._bound(step, self.r_ramp, 1.0, self.r_max), self._bound(step, self.d_ramp, 0.0, self.d_max))
 
-    def _load_from_state_dict(self, *args, **kwargs):
-        self._host_step = None
-        super()._load_from_state_dict(*args, **kwargs)
+    def _bound(self, step: torch.Tensor, ramp: float, start: float, end: float) -> torch.Tensor:
+        """start until the warmup ends, then linear to end over `ramp` (fractions of total_steps)."""
+        begin = self.warmup * self.total_steps
+        if ramp == 0:
+            return torch.where(step >= begin, step.new_tensor(end), step.new_tensor(start))
+        slope = (end - start) / (ramp * self.total_steps)
+        return (step * slope + (start - slope * begin)).clamp(min(start, end), max(start, end))
 
-    def _correction(self, mean: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        r_max, d_max = self.limits(self._step())
-        sigma = torch.sqrt(self.running_var + self.eps)
-        r = torch.sqrt(var + self.eps).div_(sigma).clamp_(1 / r_max, r_max)
-        d = (mean - self.running_mean).div_(sigma).clamp_(-d_max, d_max)
+    def _correction(self, mean: torch.Tensor, var: torch.Tensor, n) -> tuple[torch.Tensor, torch.Tensor]:
+        """r and d (G, C) for G groups' statistics (biased variance, counts n), each group measured against
+        the running statistics it would see after the groups before it updated them."""
+        r_max, d_max = (b.to(mean.dtype) for b in self.limits(self.step))
+        if mean.shape[0] == 1:  # one batch: the running statistics as they are (the common case, kept cheap)
+            running_mean, running_var = self.running_mean, self.running_var
+        else:
+            n = torch.as_tensor(n, dtype=mean.dtype, device=mean.device).expand(mean.shape[0])
+            m = ghost.momenta(n, self.momentum)
+            running_mean = ghost.running_before(self.running_mean, mean, m)
+            running_var = ghost.running_before(self.running_var, ghost.unbiased(var, n), m)
+        sigma = torch.sqrt(running_var + self.eps)
+        r = (torch.sqrt(var + self.eps) / sigma).clamp(r_max.reciprocal(), r_max)
+        d = ((mean - running_mean) / sigma).clamp(-d_max, d_max)
         return r.detach(), d.detach()
 
     def _scale_shift(self, r: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """gamma (x_hat r + d) + beta = x_hat (gamma r) + (gamma d + beta)."""
-        if not self.affine:
+        """gamma (x_hat r + d) + beta = x_hat (gamma r) + (gamma d + beta); (G, C)."""
+        if self.weight is None:
             return r, d
-        return self.weight * r, torch.addcmul(self.bias, self.weight, d)
+        bias = self.weight * d if self.bias is None else torch.addcmul(self.bias, self.weight, d)
+        return self.weight * r, bias
 
-    def _flat(self, x: torch.Tensor) -> torch.Tensor:
+    def _dense(self, x: torch.Tensor, groups: int) -> torch.Tensor:
         if not self.training:
-            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0,
+                                self.eps)
         check_batch_values(x, "Batch Renorm")
+        c = x.shape[1]
+        values = x.numel() // (c * groups)
+        ghost.check_group_values(values, self.ghost_batch, "Batch Renorm")
         with torch.no_grad():
             if x.dim() == 4:  # per (sample, channel) first: contiguous reductions, combined exactly below
                 m_nc, v_nc = mean_var(x, (2, 3), keepdim=False)
-                mean = m_nc.mean(0)
-                var = v_nc.mean(0) + ((m_nc - mean) ** 2).mean(0)
+                m_g, v_g = m_nc.view(groups, -1, c), v_nc.view(groups, -1, c)
+                mean = m_g.mean(1)
+                var = v_g.mean(1) + ((m_g - mean[:, None]) ** 2).mean(1)
             else:
-                mean, var = mean_var(x, 0, keepdim=False)
-            r, d = self._correction(mean, var)
-        self._count_step()
+                mean, var = mean_var(x.reshape(groups, -1, c), 1, keepdim=False)
+            r, d = self._correction(mean, var, values)
+        self.step.add_(1)
+        self.num_batches_tracked.add_(groups)
         weight, bias = self._scale_shift(r, d)
-        # The kernel normalizes by the batch statistics and updates the running ones in place.
-        return F.batch_norm(x, self.running_mean, self.running_var, weight, bias, True, self.momentum, self.eps)
+        if groups == 1 and self.stats_sink is None:  # the kernel updates the running statistics in place
+            return F.batch_norm(x, self.running_mean, self.running_var, weight[0], bias[0], True, self.momentum,
+                                self.eps)
+        counts = torch.full((groups,), float(values), dtype=x.dtype, device=x.device)
+        ghost.absorb(self, mean, ghost.unbiased(var, counts), counts)
+        # The kernel normalizes each group by its own statistics; r and d ride on its scale and shift.
+        y = F.batch_norm(ghost.to_groups(x, groups), None, None, weight.flatten(), bias.flatten(), True, 0.0,
+                         self.eps)
+        return ghost.from_groups(y, groups)
 
-    def _weighted(self, xf: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    def _weighted(self, xf: torch.Tensor, w: torch.Tensor, groups: int = 1) -> torch.Tensor:
         if not self.training:
-            return self._flat(xf) * w
-        mean, var, n = masked_moments(xf, w)
-        r, d = self._correction(mean.detach(), var.detach())
-        self._count_step()
-        update_running(self.running_mean, self.running_var, mean, var, n, self.momentum)
+            return self._dense(xf, 1) * w
+        mean, var, n = ghost.grouped_masked_moments(xf, w, groups)
+        r, d = self._correction(mean.detach(), var.detach(), n)
+        self.step.add_(1)
+        self.num_batches_tracked.add_(groups)
+        ghost.absorb(self, mean, ghost.unbiased(var, n), n)
         weight, bias = self._scale_shift(r, d)
-        return torch.addcmul(bias, (xf - mean) * torch.rsqrt(var + self.eps), weight) * w
-
-    def _check_input_dim(self, x: torch.Tensor) -> None:
-        pass
+        rows = xf.shape[0]
+        y = (xf - ghost.spread(mean, groups, rows)) * torch.rsqrt(ghost.spread(var, groups, rows) + self.eps)
+        return torch.addcmul(ghost.spread(bias, groups, rows), y, ghost.spread(weight, groups, rows)) * w
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        groups = ghost.num_groups(x.shape[0], self.ghost_batch, "Batch Renorm") if self.training else 1
         if self.layout == "seq":
-            return batch_seq(x, mask, self.masked, self._flat, self._weighted, self.training)
-        return self._flat(x)
+            return batch_seq(x, mask, self.masked, lambda rows: self._dense(rows, groups),
+                             lambda rows, w: self._weighted(rows, w, groups), self.training, groups > 1)
+        return self._dense(x, groups)
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, r_max={self.r_max}, d_max={self.d_max}, warmup={self.warmup}, "
-                f"ramp={self.ramp}, masked={self.masked}")
+                f"r_ramp={self.r_ramp}, d_ramp={self.d_ramp}, total_steps={self.total_steps}, "
+                f"masked={self.masked}, ghost_batch={self.ghost_batch}")
 
 
 @register(NormSpec(
     name="brn", full_name="Batch Renormalization",
-    stats_over="batch (like BN), corrected toward the running stats (r, d)",
+    stats_over="batch or ghost batch (like BN), corrected toward the running stats (r, d)",
     batch_dependent=True, params="scale, shift per channel",
     paper="Ioffe 2017, arXiv 1702.03275",
 ))
-def build_brn(num_features: int, layout: str, *, eps: float = 1e-5, momentum: float = 0.01,
-              affine: bool = True, masked: bool = True, r_max: float = 3.0, d_max: float = 5.0,
-              renorm_warmup: int = 500, renorm_ramp: int = 2500) -> nn.Module:
-    if r_max < 1 or d_max < 0 or renorm_warmup < 0 or renorm_ramp < 0:
-        raise UserError(f"Batch Renorm needs r_max >= 1, d_max >= 0 and non-negative steps (got r_max={r_max}, "
-                        f"d_max={d_max}, renorm_warmup={renorm_warmup}, renorm_ramp={renorm_ramp})",
-                        "r_max=1, d_max=0 is plain BN; the paper relaxes them to 3 and 5")
+def build_brn(num_features: int, layout: str, *, eps: float = 1e-5, momentum: float = 0.1,
+              affine: bool = True, masked: bool = True, ghost_batch: int | None = None, r_max: float = 3.0,
+              d_max: float = 5.0, renorm_warmup_frac: float = 0.04, renorm_r_ramp_frac: float = 0.27,
+              renorm_d_ramp_frac: float = 0.15) -> nn.Module:
+    fracs = (renorm_warmup_frac, renorm_r_ramp_frac, renorm_d_ramp_frac)
+    if r_max < 1 or d_max < 0 or min(fracs) < 0 or renorm_warmup_frac + max(renorm_r_ramp_frac,
+                                                                            renorm_d_ramp_frac) > 1:
+        raise UserError(f"Batch Renorm needs r_max >= 1, d_max >= 0 and fractions of the run >= 0 whose warmup "
+                        f"+ ramp is <= 1 (got r_max={r_max}, d_max={d_max}, renorm_warmup_frac="
+                        f"{renorm_warmup_frac}, renorm_r_ramp_frac={renorm_r_ramp_frac}, renorm_d_ramp_frac="
+                        f"{renorm_d_ramp_frac})", "r_max=1, d_max=0 is plain BN; the paper's shape is 0.04, 0.27, 0.15")
+    ghost.check_option(ghost_batch, "Batch Renorm")
     return BatchRenorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, masked=masked,
-                       r_max=r_max, d_max=d_max, warmup=renorm_warmup, ramp=renorm_ramp)
+                       ghost_batch=ghost_batch, r_max=r_max, d_max=d_max, warmup=renorm_warmup_frac,
+                       r_ramp=renorm_r_ramp_frac, d_ramp=renorm_d_ramp_frac)
+
+
+def set_total_steps(model: nn.Module, total_steps: int) -> int:
+    """Tell every layer of `model` that schedules by the run's length (Batch Renorm) how many training steps
+    the run has; returns how many layers were told. Call before training, and again after a resume."""
+    told = 0
+    for m in model.modules():
+        if isinstance(m, BatchRenorm):
+            m.set_total_steps(total_steps)
+            told += 1
+    return told

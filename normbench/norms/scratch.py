@@ -1,5 +1,5 @@
 """From-scratch twins of the norms PyTorch ships (bn, ln, in, gn, rms, wn), written from the papers'
-definitions with plain tensor arithmetic, as seed 000 writes LayerNorm. tests/test_norms_scratch.py checks
+definitions with plain tensor arithmetic. tests/test_norms_scratch.py checks
 each equal to the native kernel (outputs, gradients, running statistics).
 
     bn = norms.create("bn", 32, "image", impl="scratch")
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normbench.norms.common import batch_dims, channel_shape, check_batch_values, masked_moments
+from normbench.norms.common import batch_dims, channel_shape, check_batch_values, check_spatial, masked_moments
 
 Tensor = torch.Tensor
 
@@ -39,17 +39,32 @@ class _Affine(nn.Module):
 class ScratchBatchNorm(_Affine):
     """Ioffe & Szegedy, Algorithms 1-2: mu_B = mean over the batch (+ H, W / real tokens) per channel,
     var_B = mean (x - mu_B)^2, x_hat = (x - mu_B) / sqrt(var_B + eps), y = gamma x_hat + beta. Training
-    keeps running averages (variance made unbiased, m / (m - 1)) that eval uses instead."""
+    keeps running averages (variance made unbiased, m / (m - 1)) that eval uses instead. Ghost batches
+    (Hoffer et al., section 4.1) are literally that: the batch split into groups of K samples, each run
+    through the same steps in turn."""
+
+    stats_sink = None  # set by PreciseBN: receives the batch statistics instead of the running buffers
 
     def __init__(self, num_features: int, layout: str, *, eps: float, momentum: float, affine: bool,
-                 masked: bool):
+                 masked: bool, ghost_batch: int | None = None):
         super().__init__(num_features, affine)
         self.layout, self.eps, self.momentum, self.masked = layout, eps, momentum, masked
+        self.ghost_batch = ghost_batch
         self.register_buffer("running_mean", torch.zeros(num_features))
         self.register_buffer("running_var", torch.ones(num_features))
         self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        if not self.training or self.ghost_batch is None:
+            return self._one_batch(x, mask)
+        from normbench.norms.ghost import num_groups
+
+        num_groups(x.shape[0], self.ghost_batch, "BatchNorm")
+        k = self.ghost_batch
+        masks = [None] * (x.shape[0] // k) if mask is None else mask.split(k)
+        return torch.cat([self._one_batch(xg, mg) for xg, mg in zip(x.split(k), masks)])
+
+    def _one_batch(self, x: Tensor, mask: Tensor | None) -> Tensor:
         shape = channel_shape(x, self.layout)
         use_mask = self.layout == "seq" and mask is not None and self.masked
         if self.training:
@@ -65,11 +80,15 @@ class ScratchBatchNorm(_Affine):
             with torch.no_grad():
                 self.num_batches_tracked += 1
                 m = torch.as_tensor(m, dtype=x.dtype, device=x.device)
-                new_mean = (1 - self.momentum) * self.running_mean + self.momentum * mean
-                new_var = (1 - self.momentum) * self.running_var + self.momentum * var * m / (m - 1).clamp_min(1)
-                # Fewer than two (real) values give no variance estimate: the averages stay (see common.py).
-                self.running_mean.copy_(torch.where(m < 2, self.running_mean, new_mean))
-                self.running_var.copy_(torch.where(m < 2, self.running_var, new_var))
+                unbiased = var * m / (m - 1).clamp_min(1)
+                if self.stats_sink is not None:
+                    self.stats_sink(mean.detach()[None], unbiased.detach()[None], m.reshape(1))
+                else:
+                    new_mean = (1 - self.momentum) * self.running_mean + self.momentum * mean
+                    new_var = (1 - self.momentum) * self.running_var + self.momentum * unbiased
+                    # Fewer than two (real) values give no variance estimate: the averages stay.
+                    self.running_mean.copy_(torch.where(m < 2, self.running_mean, new_mean))
+                    self.running_var.copy_(torch.where(m < 2, self.running_var, new_var))
         else:
             mean, var = self.running_mean, self.running_var
         y = self.scale_shift((x - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps), shape)
@@ -78,7 +97,7 @@ class ScratchBatchNorm(_Affine):
 
 class ScratchLayerNorm(_Affine):
     """Ba et al., eq. (3): mean and variance over all features of one sample (C per token; C, H, W per
-    image), then a per-channel gain and bias. Seed 000's LayerNormalization, per channel."""
+    image), then a per-channel gain and bias."""
 
     def __init__(self, num_features: int, layout: str, *, eps: float, affine: bool):
         super().__init__(num_features, affine)
@@ -99,8 +118,6 @@ class ScratchInstanceNorm(_Affine):
         self.eps = eps
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        from normbench.norms.group import check_spatial
-
         check_spatial(x, "InstanceNorm")
         mean = x.mean((2, 3), keepdim=True)
         var = ((x - mean) ** 2).mean((2, 3), keepdim=True)

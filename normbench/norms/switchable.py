@@ -6,7 +6,8 @@
 mu = sum_k w_k mu_k and sigma^2 = sum_k w'_k sigma^2_k, with separate softmax weights for the means and the
 variances (eq. 3-4); LN and BN statistics are computed from IN's, as the paper's implementation does.
 BN's branch keeps running averages that eval uses. On flat and seq features IN has one value per channel,
-so the mix is over LN and BN only (padding-aware on seq, like bn).
+so the mix is over LN and BN only (padding-aware on seq, like bn). With `ghost_batch=K` the BN branch's
+statistics are each group of K samples' (ghost.py); IN and LN are per sample already.
 """
 
 from __future__ import annotations
@@ -14,16 +15,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from normbench.norms.common import batch_seq, check_batch_values, masked_moments, mean_var, scale_shift, update_running
-from normbench.norms.group import check_spatial
+from normbench.norms import ghost
+from normbench.norms.common import batch_seq, check_batch_values, check_spatial, mean_var, scale_shift
 from normbench.norms.registry import NormSpec, register
 
 
 class SwitchableNorm(nn.Module):
+    stats_sink = None  # set by PreciseBN: receives the BN branch's statistics instead of the running buffers
+
     def __init__(self, num_features: int, layout: str, *, eps: float, momentum: float, affine: bool,
-                 masked: bool):
+                 masked: bool, ghost_batch: int | None = None):
         super().__init__()
         self.layout, self.eps, self.momentum, self.masked = layout, eps, momentum, masked
+        self.ghost_batch = ghost_batch
         self.branches = ("in", "ln", "bn") if layout == "image" else ("ln", "bn")
         # Equal importance at the start: softmax of equal logits (the paper initializes them to 1).
         self.mean_weight = nn.Parameter(torch.ones(len(self.branches)))
@@ -38,16 +42,21 @@ class SwitchableNorm(nn.Module):
         return self.mean_weight.softmax(0), self.var_weight.softmax(0)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        groups = ghost.num_groups(x.shape[0], self.ghost_batch, "Switchable Norm") if self.training else 1
         if self.layout == "image":
-            return self._image(x)
+            return self._image(x, groups)
         if self.layout == "seq":
-            return batch_seq(x, mask, self.masked, self._rows, self._weighted_rows, self.training)
-        return self._rows(x)
+            return batch_seq(x, mask, self.masked, lambda rows: self._rows(rows, groups),
+                             lambda rows, w: self._weighted_rows(rows, w, groups), self.training, groups > 1)
+        return self._rows(x, groups)
 
-    def _track(self, mean: torch.Tensor, var: torch.Tensor, n) -> tuple[torch.Tensor, torch.Tensor]:
-        """Fold this batch's BN statistics into the running ones that eval uses; return them unchanged."""
-        update_running(self.running_mean, self.running_var, mean.flatten(), var.flatten(), n, self.momentum)
-        return mean, var
+    def _track(self, mean: torch.Tensor, var: torch.Tensor, n, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fold G groups' BN statistics (G, C) into the running ones that eval uses; return them one row per
+        sample or token (rows, C), or (1, C) without ghost batches."""
+        groups = mean.shape[0]
+        counts = torch.as_tensor(n, dtype=mean.dtype, device=mean.device).expand(groups)
+        ghost.absorb(self, mean, ghost.unbiased(var, counts), counts)
+        return ghost.spread(mean, groups, rows), ghost.spread(var, groups, rows)
 
     def _running(self, shape) -> tuple[torch.Tensor, torch.Tensor]:
         return self.running_mean.view(shape), self.running_var.view(shape)
@@ -62,8 +71,9 @@ class SwitchableNorm(nn.Module):
             b = b + self.bias.view(shape)
         return scale_shift(x, a, b)
 
-    def _image(self, x: torch.Tensor) -> torch.Tensor:
+    def _image(self, x: torch.Tensor, groups: int) -> torch.Tensor:
         check_spatial(x, "Switchable Norm")
+        n, c = x.shape[:2]
         mean_in, var_in = mean_var(x, (2, 3))  # (N, C, 1, 1)
         # Pooled from IN's: the mean of the variances plus the variance of the means (no E[x^2] - E[x]^2
         # cancellation), since every (sample, channel) has the same H x W count.
@@ -71,9 +81,11 @@ class SwitchableNorm(nn.Module):
         var_ln = var_in.mean(1, keepdim=True) + (mean_in - mean_ln).square().mean(1, keepdim=True)
         if self.training:
             check_batch_values(x, "Switchable Norm")
-            mean_bn = mean_in.mean(0, keepdim=True)
-            var_bn = var_in.mean(0, keepdim=True) + (mean_in - mean_bn).square().mean(0, keepdim=True)
-            self._track(mean_bn, var_bn, x.numel() // x.shape[1])
+            m_g, v_g = mean_in.view(groups, -1, c), var_in.view(groups, -1, c)
+            mean_bn = m_g.mean(1)
+            var_bn = v_g.mean(1) + (m_g - mean_bn[:, None]).square().mean(1)
+            mean_bn, var_bn = self._track(mean_bn, var_bn, x.numel() // (c * groups), n)
+            mean_bn, var_bn = mean_bn.view(-1, c, 1, 1), var_bn.view(-1, c, 1, 1)
         else:
             mean_bn, var_bn = self._running((1, -1, 1, 1))
         mw, vw = self.weights()
@@ -88,26 +100,28 @@ class SwitchableNorm(nn.Module):
         var = vw[0] * var_ln + vw[1] * var_bn
         return self._normalize(x, mean, var, (1, -1))
 
-    def _rows(self, x: torch.Tensor) -> torch.Tensor:
-        """(M, C) rows: LN per row, BN over the rows."""
+    def _rows(self, x: torch.Tensor, groups: int = 1) -> torch.Tensor:
+        """(M, C) rows: LN per row, BN over the rows (over each group's rows with ghost batches)."""
         if self.training:
             check_batch_values(x, "Switchable Norm")
-            mean_bn, var_bn = mean_var(x, 0)
-            self._track(mean_bn, var_bn, x.shape[0])
+            ghost.check_group_values(x.shape[0] // groups, self.ghost_batch, "Switchable Norm")
+            mean_bn, var_bn = mean_var(x.reshape(groups, -1, x.shape[1]), 1, keepdim=False)
+            mean_bn, var_bn = self._track(mean_bn, var_bn, x.shape[0] // groups, x.shape[0])
         else:
             mean_bn, var_bn = self._running((1, -1))
         return self._mix_rows(x, mean_bn, var_bn)
 
-    def _weighted_rows(self, xf: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    def _weighted_rows(self, xf: torch.Tensor, w: torch.Tensor, groups: int = 1) -> torch.Tensor:
         if self.training:
-            mean, var, n = masked_moments(xf, w)
-            mean_bn, var_bn = self._track(mean.view(1, -1), var.view(1, -1), n)
+            mean, var, n = ghost.grouped_masked_moments(xf, w, groups)
+            mean_bn, var_bn = self._track(mean, var, n, xf.shape[0])
         else:
             mean_bn, var_bn = self._running((1, -1))
         return self._mix_rows(xf, mean_bn, var_bn) * w
 
     def extra_repr(self) -> str:
-        return f"branches={self.branches}, eps={self.eps}, momentum={self.momentum}, masked={self.masked}"
+        return (f"branches={self.branches}, eps={self.eps}, momentum={self.momentum}, masked={self.masked}, "
+                f"ghost_batch={self.ghost_batch}")
 
 
 @register(NormSpec(
@@ -117,5 +131,7 @@ class SwitchableNorm(nn.Module):
     paper="Luo et al. 2018, arXiv 1806.10779",
 ))
 def build_sn(num_features: int, layout: str, *, eps: float = 1e-5, momentum: float = 0.1,
-             affine: bool = True, masked: bool = True) -> nn.Module:
-    return SwitchableNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, masked=masked)
+             affine: bool = True, masked: bool = True, ghost_batch: int | None = None) -> nn.Module:
+    ghost.check_option(ghost_batch, "Switchable Norm")
+    return SwitchableNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, masked=masked,
+                          ghost_batch=ghost_batch)
