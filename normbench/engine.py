@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from normbench import norms
 from normbench.config import Config
 from normbench.data import Splits, batches
 from normbench.errors import UserError
@@ -159,6 +160,7 @@ def fit(model: nn.Module, splits: Splits, cfg: Config, tracker, device: torch.de
     past the run's total steps.
     """
     epochs, total_steps = plan_steps(cfg, len(splits.train_x))
+    norms.set_total_steps(model, total_steps)  # Batch Renorm's schedule is in fractions of the run
     opt = make_optimizer(model, cfg)
     lr_at = make_schedule(cfg, total_steps)
     shuffle = torch.Generator(device=device).manual_seed(cfg.seed)

@@ -116,15 +116,17 @@ def create(cfg: ModelConfig, make: NormFactory, in_shape, num_classes: int) -> n
 def norm_values_per_channel(model: nn.Module, x: torch.Tensor) -> tuple[int | None, set[str]]:
     """(the fewest values any norm layer's per-channel statistics average over on input batch `x`, the
     layouts the norm layers take). Batch for linear layers, batch x H x W for convolutions, batch x T for
-    sequences, batch for a per-step recurrent norm: BatchNorm's fate depends on this number more than on
-    the batch size. Measured in eval mode (no running-statistics update); None when there is no norm."""
+    sequences, batch for a per-step recurrent norm; K in place of the batch with ghost batches of K.
+    BatchNorm's fate may depend on this number more than on the batch size. Measured in eval mode (no running-statistics update); None when there is no norm."""
     seen: list[int] = []
     layouts: set[str] = set()
 
     def count(module, args, _out):
         layout = getattr(module, TAG)[1]
         channels = args[0].shape[-1] if layout == "seq" else args[0].shape[1]
-        seen.append(args[0].numel() // channels)
+        values = args[0].numel() // channels
+        ghost = getattr(module, "ghost_batch", None)  # statistics over groups of K samples of the batch
+        seen.append(values * ghost // len(args[0]) if ghost else values)
 
     hooks = []
     for module in model.modules():

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from normbench import data, guards, models, norms, probe, studies
+from normbench import cells, data, guards, models, norms, probe, studies
 from normbench.config import Config, NormConfig, to_dict
 from normbench.data import batches
 from normbench.engine import evaluate, fit, pick_device
@@ -49,6 +49,9 @@ def validate(cfg: Config) -> None:
          "set max_steps=null to train by epochs"),
         (cfg.log_every >= 1, f"log_every must be >= 1 (got {cfg.log_every})", "set log_every=50"),
         (cfg.lr_ref_batch >= 1, f"lr_ref_batch must be >= 1 (got {cfg.lr_ref_batch})", "set lr_ref_batch=64"),
+        (cfg.norm.ghost_batch is None or (cfg.norm.ghost_batch >= 1 and cfg.batch_size % cfg.norm.ghost_batch == 0),
+         f"norm.ghost_batch={cfg.norm.ghost_batch} does not divide batch_size={cfg.batch_size}",
+         "set norm.ghost_batch to a divisor of batch_size (each SGD batch splits into whole ghost batches)"),
     ]
     for ok, what, fix in checks:
         if not ok:
@@ -110,6 +113,7 @@ def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list
             val_acc=fitted.history[-1]["acc/val"] if fitted.history else None,
             diverged_step=fitted.diverged_step,
             num_params=sum(p.numel() for p in model.parameters()),
+            samples_per_step=cells.samples_per_step(model),  # per-step recurrent BN: what each step's saw
         )
         if fitted.status == "completed":
             results["test_loss"], results["test_acc"] = evaluate(

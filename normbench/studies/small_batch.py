@@ -1,24 +1,33 @@
 """The small-batch study, and the default for every run without `varlen`: plain shuffled batches
-(augmented on the device when data.augment=true), and the test accuracy with batch statistics.
+(augmented on the device when data.augment=true), and the test-time statistics suite.
 
     batch_fn = train_batches(cfg)
-    results.update(evaluations(model, splits, cfg))   # {"test_acc_train_mode": 0.83}
+    results.update(evaluations(model, splits, cfg))   # {"test_acc_train_mode": 0.83, ...}
 
-`test_acc_train_mode` is the test accuracy with every norm normalizing each test batch of `batch_size`
-by its own statistics, next to `test_acc` with running statistics: their gap is BatchNorm's
-train/eval discrepancy (none for a batch-independent norm).
+Next to `test_acc` (running statistics), for telling a norm's failure modes apart:
+- `test_acc_train_mode`: every norm normalizing each test batch of `batch_size` by its own statistics
+  (per ghost batch with norm.ghost_batch): the gap to test_acc is the train/eval discrepancy;
+- `test_acc_precise_bn`: the running statistics replaced by population statistics recomputed with the
+  final weights over 10k training images at the training (ghost) batch size (PreciseBN, Wu & Johnson
+  2021, arXiv 2105.07576); null for norms without running statistics;
+- `train_acc`, `train_acc_train_mode`: the same two modes on 10k training images: low there too means
+  the model failed to fit, high there and low on test means a train/test mismatch.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+import torch
 from torch import nn
 
-from normbench import data
+from normbench import data, precise_bn
 from normbench.config import Config
 from normbench.data import augment
 from normbench.engine import evaluate
+
+SUBSET = precise_bn.DEFAULT_SAMPLES  # training images for PreciseBN and the training-set accuracies
 
 
 def validate(cfg: Config) -> None:
@@ -29,11 +38,23 @@ def train_batches(cfg: Config):
     return augment.augmented(data.batches, cfg.data)
 
 
-def evaluations(model: nn.Module, splits: data.Splits, cfg: Config) -> dict[str, Any]:
-    """Batch statistics at the training batch size (what the norm saw in training), on the test set cut
-    to a multiple of it."""
+def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn=data.batches) -> dict[str, Any]:
+    """The suite above. Batch statistics are taken at the training batch size (what the norm saw in
+    training), on the test set cut to a multiple of it; `batch_fn` makes the training batches that
+    PreciseBN averages over (the study's, not augmented)."""
     x, y, bs = splits.test_x, splits.test_y, cfg.batch_size
     if bs > len(x):
-        return {"test_acc_train_mode": None}
-    _, acc = evaluate(model, data.batches(x, y, bs, drop_last=True), batch_stats=True)
-    return {"test_acc_train_mode": acc}
+        return {"test_acc_train_mode": None, "test_acc_precise_bn": None}
+    out: dict[str, Any] = {
+        "test_acc_train_mode": evaluate(model, data.batches(x, y, bs, drop_last=True), batch_stats=True)[1]}
+    tx, ty = splits.train_x[:SUBSET], splits.train_y[:SUBSET]
+    out["train_acc"] = evaluate(model, data.batches(tx, ty, cfg.eval_batch_size))[1]
+    out["train_acc_train_mode"] = evaluate(model, data.batches(tx, ty, bs, drop_last=True), batch_stats=True)[1]
+    out["test_acc_precise_bn"] = None
+    if precise_bn.has_running_stats(model):
+        population = copy.deepcopy(model)  # the reported model keeps its running statistics
+        gen = torch.Generator(device=splits.train_x.device).manual_seed(cfg.seed)
+        batches = batch_fn(splits.train_x, splits.train_y, bs, shuffle=True, generator=gen, drop_last=True)
+        precise_bn.recompute_statistics(population, batches, SUBSET)
+        out["test_acc_precise_bn"] = evaluate(population, data.batches(x, y, cfg.eval_batch_size))[1]
+    return out

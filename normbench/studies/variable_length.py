@@ -47,7 +47,7 @@ def train_batches(cfg: Config):
 
 
 def evaluations(model: nn.Module, splits: data.Splits, cfg: Config) -> dict[str, Any]:
-    out = small_batch.evaluations(model, splits, cfg)  # on the unresized test set
+    out = small_batch.evaluations(model, splits, cfg, train_batches(cfg))  # on the unresized test set
     x, y, bs, ebs, v = splits.test_x, splits.test_y, cfg.batch_size, cfg.eval_batch_size, cfg.varlen
     if bs > len(x):
         return out
