@@ -230,7 +230,7 @@ def test_recurrent_placement_in_the_rnn_model(norm, cell):
 
 
 def test_recurrent_placement_refuses_what_it_cannot_do():
-    """Reference: DESIGN.md: impossible combinations fail at build with why and what instead."""
+    """Reference: docs/design.md: impossible combinations fail at build with why and what instead."""
     with pytest.raises(UserError, match="in cannot go inside a recurrent cell.*not defined.*placement=output"):
         cells.recurrent_layer("rnn", 4, 8, norms.factory("in"), "recurrent")
     with pytest.raises(UserError, match="frn includes its own activation.*placement=output"):

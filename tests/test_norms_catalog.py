@@ -18,7 +18,7 @@ CONFIGS = Path(norms.__file__).resolve().parents[1] / "configs" / "norm"
 
 
 def test_one_config_file_per_catalog_name():
-    """Reference: norms.names(), in catalog order (DESIGN.md)."""
+    """Reference: norms.names(), in catalog order (docs/design.md, README's catalog)."""
     assert norms.names() == ["none", "bn", "ln", "in", "gn", "rms", "wn", "cn", "sn", "brn", "frn", "evonorm"]
     assert sorted(p.stem for p in CONFIGS.glob("*.yaml")) == sorted(norms.names())
 
@@ -45,7 +45,7 @@ def test_config_composes_and_builds(name):
 
 
 def test_normbench_norms_prints_the_catalog(tmp_path):
-    """Reference: DESIGN.md's catalog table: every name, its paper, and which are batch-dependent."""
+    """Reference: the README's catalog table: every name, its paper, and which are batch-dependent."""
     r = normbench_cli("norms", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     for name in norms.names():

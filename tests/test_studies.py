@@ -96,3 +96,20 @@ def test_varlen_needs_the_rnn(tiny_cfg, tmp_path):
         run(cfg, tmp_path / "bad")
     res = json.loads((tmp_path / "bad" / "results.json").read_text())
     assert res["status"] == "failed" and "model=rnn" in res["error"]
+
+
+def test_ghost_batch_run_records_its_values_and_the_statistics_suite(tiny_cfg, tmp_path):
+    """Reference: a BN run at batch 16 with ghost batches of 2 averages 2 values per channel in an MLP
+    (the ghost batch, not the SGD batch); its results hold PreciseBN's accuracy, recomputed on a copy
+    (test_acc, from the running statistics, is that of the model as trained), and the training-set
+    accuracies; LN, without running statistics, records null for PreciseBN."""
+    cfg = replace(tiny_cfg, norm=replace(tiny_cfg.norm, ghost_batch=2), max_steps=20)
+    res = run(cfg, tmp_path / "ghost")
+    assert res["status"] == "completed" and res["norm_values_per_channel"] == 2
+    for key in ("test_acc_precise_bn", "train_acc", "train_acc_train_mode", "test_acc_train_mode"):
+        assert isinstance(res[key], float), key
+    ln = run(replace(tiny_cfg, norm=replace(tiny_cfg.norm, name="ln")), tmp_path / "ln")
+    assert ln["test_acc_precise_bn"] is None
+    assert ln["train_acc"] == ln["train_acc_train_mode"]  # no batch statistics: the two modes agree
+    with pytest.raises(UserError, match="does not divide batch_size=16"):
+        run(replace(tiny_cfg, norm=replace(tiny_cfg.norm, ghost_batch=3)), tmp_path / "bad")

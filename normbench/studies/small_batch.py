@@ -47,7 +47,8 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn=dat
         return {"test_acc_train_mode": None, "test_acc_precise_bn": None}
     out: dict[str, Any] = {
         "test_acc_train_mode": evaluate(model, data.batches(x, y, bs, drop_last=True), batch_stats=True)[1]}
-    tx, ty = splits.train_x[:SUBSET], splits.train_y[:SUBSET]
+    n = min(SUBSET, len(splits.train_x)) // bs * bs  # both modes on the same whole training batches
+    tx, ty = splits.train_x[:n], splits.train_y[:n]
     out["train_acc"] = evaluate(model, data.batches(tx, ty, cfg.eval_batch_size))[1]
     out["train_acc_train_mode"] = evaluate(model, data.batches(tx, ty, bs, drop_last=True), batch_stats=True)[1]
     out["test_acc_precise_bn"] = None
