@@ -158,6 +158,7 @@ def _hydra_train(argv: list[str]) -> int:
     @hydra.main(config_path="configs", config_name="config", version_base="1.3")
     def train(dict_cfg) -> None:
         seen["task"] = True
+        _show_logs()  # again here: a launcher (submitit, joblib) runs this in another process
         from normbench.runner import run  # torch loads here, so a mistyped override fails fast
 
         cfg: Config = OmegaConf.to_object(dict_cfg)

@@ -166,13 +166,13 @@ def killed_sweep(cluster, data_root, tmp_path_factory):
     proc = subprocess.Popen([sys.executable, "-m", "normbench", "train", "-m", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        while not list(sweep.glob("0_*/checkpoint.pt")):
+        while not list(sweep.glob("*,job0/checkpoint.pt")):
             assert proc.poll() is None and time.monotonic() - t0 < 180, "run 0 never wrote a checkpoint"
             time.sleep(0.05)
         (array_id,) = {p.parent.name for p in (sweep / ".submitit").glob("*/*_submission.sh")}
         _kill_task(f"{array_id}_0")
         killed_at = time.monotonic() - t0
-        (run0,) = sweep.glob("0_*")
+        (run0,) = sweep.glob("*,job0")
         at_kill = torch.load(run0 / "checkpoint.pt", map_location="cpu", weights_only=True)["fit"]
         out, err = proc.communicate(timeout=240)
     finally:
@@ -201,7 +201,7 @@ def test_killed_task_ends_the_sweep_as_failed(killed_sweep, tmp_path):
     assert 1 <= at_kill["epochs_done"] < 8  # killed mid-run, after a checkpoint
 
     runs = results(sweep)
-    (killed,) = [name for name in runs if name.startswith("0_")]
+    (killed,) = [name for name in runs if name.endswith(",job0")]
     assert runs[killed]["status"] == "failed" and runs[killed]["error"].startswith("unfinished")
     assert sorted(res["status"] for name, res in runs.items() if name != killed) == ["completed"] * 3
     states = {job.rsplit("_", 1)[1]: state for job, (state, _, _) in array_tasks(sweep).items()}
@@ -232,7 +232,7 @@ def test_resume_skips_finished_runs_and_continues_the_killed_one(killed_sweep, t
     wait_queue_empty()
 
     runs = results(sweep)
-    (killed,) = [name for name in runs if name.startswith("0_")]
+    (killed,) = [name for name in runs if name.endswith(",job0")]
     for name, blob in before.items():
         if name != killed:
             assert (sweep / name / "results.json").read_bytes() == blob, name

@@ -121,7 +121,8 @@ def test_hparams_show_identity_and_swept_keys_only(summarized_sweep, tensorboard
     infos = {h["name"]: h for h in experiment["hparamInfos"]}
     assert set(infos) == {"model.name", "norm.name", "data.name", "batch_size", "seed"}
     assert infos["batch_size"]["domainDiscrete"] == ["8", "16"]
-    assert {m["name"]["tag"] for m in experiment["metricInfos"]} == {"final/test_acc", "final/val_acc"}
+    assert {m["name"]["tag"] for m in experiment["metricInfos"]} == {"final/test_acc", "final/val_acc",
+                                                                     "final/test_acc_precise_bn"}  # bn runs have it
     sessions = _get(f"{base}/data/plugin/hparams/session_groups",
                     {"experimentName": "", "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS"],
                      "colParams": [], "startIndex": 0, "sliceSize": 20})

@@ -53,9 +53,12 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn=dat
     out["train_acc_train_mode"] = evaluate(model, data.batches(tx, ty, bs, drop_last=True), batch_stats=True)[1]
     out["test_acc_precise_bn"] = None
     if precise_bn.has_running_stats(model):
-        population = copy.deepcopy(model)  # the reported model keeps its running statistics
+        trained = copy.deepcopy(model.state_dict())  # the reported model keeps its running statistics
         gen = torch.Generator(device=splits.train_x.device).manual_seed(cfg.seed)
         batches = batch_fn(splits.train_x, splits.train_y, bs, shuffle=True, generator=gen, drop_last=True)
-        precise_bn.recompute_statistics(population, batches, SUBSET)
-        out["test_acc_precise_bn"] = evaluate(population, data.batches(x, y, cfg.eval_batch_size))[1]
+        try:
+            precise_bn.recompute_statistics(model, batches, SUBSET)
+            out["test_acc_precise_bn"] = evaluate(model, data.batches(x, y, cfg.eval_batch_size))[1]
+        finally:
+            model.load_state_dict(trained)
     return out
