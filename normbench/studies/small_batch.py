@@ -10,8 +10,11 @@ Next to `test_acc` (running statistics), for telling a norm's failure modes apar
 - `test_acc_precise_bn`: the running statistics replaced by population statistics recomputed with the
   final weights over 10k training images at the training (ghost) batch size (PreciseBN, Wu & Johnson
   2021, arXiv 2105.07576); null for norms without running statistics;
-- `train_acc`, `train_acc_train_mode`: the same two modes on 10k training images: low there too means
+- `train_acc`, `train_acc_train_mode`: the same two modes on 5,000 training images: low there too means
   the model failed to fit, high there and low on test means a train/test mismatch.
+
+Each of these passes costs about as much as the test evaluation (a CNN on 2 cores: 3-5 s per 10k images),
+so the training-set accuracies use half of PreciseBN's 10k images.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from normbench.config import Config
 from normbench.data import augment
 from normbench.engine import evaluate
 
-SUBSET = precise_bn.DEFAULT_SAMPLES  # training images for PreciseBN and the training-set accuracies
+PRECISE_SAMPLES = precise_bn.DEFAULT_SAMPLES  # training images PreciseBN averages over (10k)
+TRAIN_SAMPLES = 5_000  # training images for the training-set accuracies
 
 
 def validate(cfg: Config) -> None:
@@ -47,7 +51,7 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn=dat
         return {"test_acc_train_mode": None, "test_acc_precise_bn": None}
     out: dict[str, Any] = {
         "test_acc_train_mode": evaluate(model, data.batches(x, y, bs, drop_last=True), batch_stats=True)[1]}
-    n = min(SUBSET, len(splits.train_x)) // bs * bs  # both modes on the same whole training batches
+    n = min(TRAIN_SAMPLES, len(splits.train_x)) // bs * bs  # both modes on the same whole training batches
     tx, ty = splits.train_x[:n], splits.train_y[:n]
     out["train_acc"] = evaluate(model, data.batches(tx, ty, cfg.eval_batch_size))[1]
     out["train_acc_train_mode"] = evaluate(model, data.batches(tx, ty, bs, drop_last=True), batch_stats=True)[1]
@@ -57,7 +61,7 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn=dat
         gen = torch.Generator(device=splits.train_x.device).manual_seed(cfg.seed)
         batches = batch_fn(splits.train_x, splits.train_y, bs, shuffle=True, generator=gen, drop_last=True)
         try:
-            precise_bn.recompute_statistics(model, batches, SUBSET)
+            precise_bn.recompute_statistics(model, batches, PRECISE_SAMPLES)
             out["test_acc_precise_bn"] = evaluate(model, data.batches(x, y, cfg.eval_batch_size))[1]
         finally:
             model.load_state_dict(trained)
