@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -104,11 +105,17 @@ def _run_dir_error(e: OSError, debug: bool) -> int:
 
 def _sweep_domains(hc) -> dict[str, list]:
     """The values each swept key takes in this run's sweep ({"batch_size": [2, 8, 32]}), read from the
-    sweep's multirun.yaml, for TensorBoard's HParams tab. Groups map to their name key (norm -> norm.name)."""
+    sweep's multirun.yaml, for the run directory's name and TensorBoard's HParams tab. Groups map to their
+    name key (norm -> norm.name)."""
+    return {k: list(v) for k, v in _read_sweep_domains(str(hc.sweep.dir)).items()}
+
+
+@functools.lru_cache(maxsize=4)  # a job asks twice: for its directory's name, then for its HParams
+def _read_sweep_domains(sweep_dir: str) -> dict[str, tuple]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    path = os.path.join(hc.sweep.dir, "multirun.yaml")
+    path = os.path.join(sweep_dir, "multirun.yaml")
     if not os.path.exists(path):
         return {}
     sweep = OmegaConf.load(path).hydra
@@ -121,7 +128,7 @@ def _sweep_domains(hc) -> dict[str, list]:
             if o.is_sweep_override():
                 key = o.key_or_group.lstrip("+~")
                 key = f"{key}.name" if key in ("model", "norm", "data") else key
-                domains[key] = sorted(set(o.sweep_iterator()), key=lambda v: (str(type(v)), v))
+                domains[key] = tuple(sorted(set(o.sweep_iterator()), key=lambda v: (str(type(v)), v)))
         except Exception:  # noqa: BLE001  the HParams domain is a convenience, never a reason to fail a run
             continue
     return domains

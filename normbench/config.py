@@ -77,13 +77,12 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     # 256 units: 0.860 test accuracy with LN where 128 reached 0.848 (docs/performance.md).
     "rnn": {"hidden": 256, "depth": 1, "cell": "rnn", "placement": "output", "dropout": 0.0},
 }
-_MODEL_FALLBACK: dict[str, Any] = {"hidden": 256, "depth": 2, "channels": [32, 64], "cell": "rnn",
-                                   "placement": "output", "dropout": 0.0}
 
 
 @dataclass
 class ModelConfig:
-    # Options left at null take the model's default from MODEL_DEFAULTS.
+    # Options left at null take the model's default from MODEL_DEFAULTS; those a model does not use
+    # (an MLP's channels, a CNN's cell) stay null.
     name: Optional[str] = "mlp"  # mlp | cnn | rnn
     hidden: Optional[int] = None  # MLP width, RNN hidden size, CNN classifier width
     depth: Optional[int] = None  # MLP hidden layers; RNN stacked layers
@@ -95,12 +94,13 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.name is None:  # the schema's unchosen model (see `schema()`): nothing to fill in yet
             return
-        defaults = {**_MODEL_FALLBACK, **MODEL_DEFAULTS.get(self.name, {})}
-        for key, value in defaults.items():
+        for key, value in MODEL_DEFAULTS.get(self.name, {}).items():
             if getattr(self, key) is None:
                 setattr(self, key, list(value) if isinstance(value, list) else value)
-        self.cell, self.placement = _choice(Cell, self.cell, "model.cell"), \
-            _choice(Placement, self.placement, "model.placement")
+        if self.cell is not None:
+            self.cell = _choice(Cell, self.cell, "model.cell")
+        if self.placement is not None:
+            self.placement = _choice(Placement, self.placement, "model.placement")
 
 
 @dataclass
@@ -213,6 +213,15 @@ def runtime_keys(schema: type = Config, prefix: str = "") -> frozenset[str]:
         elif f.metadata.get("runtime"):
             keys.add(f"{prefix}{f.name}")
     return frozenset(keys)
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A config dict with dotted keys: {"model": {"name": "cnn"}} -> {"model.name": "cnn"}."""
+    flat: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        flat.update(flatten(v, f"{key}.") if isinstance(v, dict) else {key: v})
+    return flat
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -18,17 +18,14 @@ from pathlib import Path
 import torch
 
 from normbench import norms
-from normbench.config import Config, runtime_keys
+from normbench.config import Config, flatten, runtime_keys
 from normbench.errors import UserError
 from normbench.results import RESULTS
-from normbench.tracking import flatten
 
 log = logging.getLogger(__name__)  # the CLI shows these on stderr; a library caller decides
 CHECKPOINT = "checkpoint.pt"
 UNFINISHED = ("unfinished: the process stopped before writing its result (killed, or still running); "
               "rerun the same command with resume=true to continue from checkpoint.pt")
-# Keys that do not change what a run computes (config.py marks them): resuming with another value is fine.
-RUNTIME_KEYS = runtime_keys()
 
 
 def check_writable(run_dir: Path) -> None:
@@ -59,9 +56,10 @@ def check_batch_statistics(cfg: Config, values_per_channel: int | None, layouts:
 
 
 def config_differences(old: dict, new: dict) -> list[str]:
-    """The keys (dotted) whose values differ, ignoring those that do not change the computation."""
+    """The keys (dotted) whose values differ, ignoring the runtime keys (config.py marks them: they do
+    not change what is trained, so resuming with another value is fine)."""
     a, b = flatten(old), flatten(new)
-    return sorted(k for k in a.keys() | b.keys() if k not in RUNTIME_KEYS and a.get(k) != b.get(k))
+    return sorted(k for k in a.keys() | b.keys() if k not in runtime_keys() and a.get(k) != b.get(k))
 
 
 def resume_state(run_dir: Path, config: dict) -> dict | None:

@@ -14,7 +14,8 @@ from html import escape
 from pathlib import Path
 
 from normbench import report
-from normbench.tables import Summary, flatten
+from normbench.config import flatten
+from normbench.tables import Summary
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1200px;

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from normbench import stats
-from normbench.config import Config, ModelConfig, runtime_keys, to_dict
+from normbench.config import Config, ModelConfig, flatten, runtime_keys, to_dict
 from normbench.errors import UserError
 from normbench.results import RESULTS, atomic_write_text, read_results
 from normbench.tables import (
@@ -35,7 +35,6 @@ from normbench.tables import (
     Summary,
     Table,
     col_key,
-    flatten,
     fmt_value,
     row_key,
 )

@@ -23,15 +23,6 @@ METRICS = {"test_acc": "test accuracy (running statistics)",
 MIN_N = 3  # cells with fewer seeds are marked: their interval is too wide to read, or undefined
 
 
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"model": {"name": "cnn"}} -> {"model.name": "cnn"}."""
-    flat: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        flat.update(flatten(v, f"{key}.") if isinstance(v, dict) else {key: v})
-    return flat
-
-
 @dataclass
 class Run:
     path: Path  # the run directory

@@ -11,7 +11,6 @@ tracker keeps them). Nothing here computes a metric.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,7 @@ from rich.progress import (
 from rich.table import Table
 from tensorboard.compat.proto.summary_pb2 import Summary
 
-from normbench.config import runtime_keys
-from normbench.tables import flatten  # guards.py reads it from here
+from normbench.config import flatten, runtime_keys
 
 # The HParams columns every run has: what the run is. A sweep adds the keys it varies.
 IDENTITY = ("model.name", "norm.name", "data.name")
@@ -177,8 +175,7 @@ class TensorBoardTracker(NullTracker):
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(log_dir))
-        # Plain JSON values: a dataclasses.asdict config holds enum members, which YAML cannot write.
-        self.config, self.discrete = json.loads(json.dumps(config, default=str)), discrete or {}
+        self.config, self.discrete = config, discrete or {}  # config: plain values (config.to_dict)
         self.last_step = 0
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
