@@ -47,10 +47,7 @@ MODEL_ORDER = ["mlp", "cnn", "rnn"]
 
 def model_defaults(model: str | None) -> dict[str, Any]:
     """The flattened default config of `model` (each model has its own defaults, e.g. the CNN's dropout)."""
-    try:
-        return flatten(to_dict(Config(model=ModelConfig(name=model or "mlp"))))
-    except UserError:
-        return flatten(to_dict(Config()))
+    return flatten(to_dict(Config(model=ModelConfig(name=model or "mlp"))))
 
 
 def _overrides(run_dir: Path) -> list[str]:

@@ -78,16 +78,6 @@ def scale_shift(x: Tensor, a: Tensor, b: Tensor) -> Tensor:
     return (x * a).add_(b) if x.dim() == 4 else torch.addcmul(b, x, a)
 
 
-def masked_moments(xf: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Mean and biased variance per channel of the rows of `xf` (M, C) weighted by `w` (M, 1) in {0, 1}:
-    the statistics over real tokens only. Returns (mean (C,), var (C,), count ()). No host sync.
-    With no real row the statistics are 0 rather than NaN (the outputs there are masked to 0 anyway)."""
-    n = w.sum()
-    mean = (xf * w).sum(0) / n.clamp_min(1)
-    var = ((xf - mean).square() * w).sum(0) / n.clamp_min(1)
-    return mean, var, n
-
-
 def batch_seq(x: Tensor, mask: Tensor | None, masked: bool, flat: Callable[[Tensor], Tensor],
               weighted: Callable[[Tensor, Tensor], Tensor], training: bool, ghost: bool = False) -> Tensor:
     """Run a batch-statistics norm on (N, T, C) tokens: `flat` normalizes (M, C) rows over the batch.

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normbench.norms.common import batch_dims, channel_shape, check_batch_values, check_spatial, masked_moments
+from normbench.norms.common import batch_dims, channel_shape, check_batch_values, check_spatial
+from normbench.norms.ghost import grouped_masked_moments, num_groups
 
 Tensor = torch.Tensor
 
@@ -57,8 +58,6 @@ class ScratchBatchNorm(_Affine):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         if not self.training or self.ghost_batch is None:
             return self._one_batch(x, mask)
-        from normbench.norms.ghost import num_groups
-
         num_groups(x.shape[0], self.ghost_batch, "BatchNorm")
         k = self.ghost_batch
         masks = [None] * (x.shape[0] // k) if mask is None else mask.split(k)
@@ -70,7 +69,7 @@ class ScratchBatchNorm(_Affine):
         if self.training:
             if use_mask:
                 w = mask.reshape(-1, 1).to(x.dtype)
-                mean, var, m = masked_moments(x.reshape(-1, x.shape[-1]), w)
+                mean, var, m = (t[0] for t in grouped_masked_moments(x.reshape(-1, x.shape[-1]), w, 1))
             else:
                 check_batch_values(x.reshape(-1, x.shape[-1]) if self.layout == "seq" else x, "BatchNorm")
                 dims = batch_dims(self.layout)
