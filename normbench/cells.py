@@ -164,6 +164,8 @@ class StepNorm(nn.Module):
         if ref is not None:
             new.to(ref.device, ref.dtype)
         new.load_state_dict(last.state_dict())
+        if getattr(last, "total_steps", None) is not None:  # Batch Renorm's schedule: the run's length
+            new.set_total_steps(last.total_steps)
         for name, p in self.norm.named_parameters():
             owner, _, leaf = name.rpartition(".")
             setattr(new.get_submodule(owner), leaf, p)

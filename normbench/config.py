@@ -153,12 +153,31 @@ class VarLenConfig:
     test_seed: int = 0  # draws the mixed test lengths, the same for every run so runs compare
 
 
+class PackMode(Choice):
+    auto = "auto"  # packed where the bench measured packing faster, else members one after another
+    packed = "packed"  # always one packed computation
+    sequential = "sequential"  # members one after another in this process (the same outputs)
+
+
+@dataclass
+class PackConfig:
+    # Packed training (docs/packing.md): members that differ only in seed (and lr) train as one computation,
+    # each written as its own run in a subdirectory (seed=3, lr=0.1,seed=3) of the run directory.
+    seeds: Optional[List[int]] = None  # one member per seed; replaces `seed`
+    lrs: Optional[List[float]] = None  # ... times one per learning rate; replaces `lr`
+    mode: PackMode = runtime(PackMode.auto)  # auto | packed | sequential
+
+    def __post_init__(self) -> None:
+        self.mode = _choice(PackMode, self.mode, "pack.mode")
+
+
 @dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     norm: NormConfig = field(default_factory=NormConfig)
     data: DataConfig = field(default_factory=DataConfig)
     varlen: VarLenConfig = field(default_factory=VarLenConfig)
+    pack: PackConfig = field(default_factory=PackConfig)
     batch_size: int = 64  # training batch size
     epochs: int = 5  # passes over the training set
     max_steps: Optional[int] = None  # stop after this many optimizer steps (smoke runs, benchmarks)

@@ -140,7 +140,7 @@ class _Window:
 
     def read(self, batch_size: int) -> tuple[list[float], dict[str, float]]:
         """(the window's losses, its metrics) and a fresh window; call it paused."""
-        losses = torch.stack([w[0] for w in self.items]).float().tolist()  # the host sync
+        losses = torch.stack([w[0] for w in self.items]).double().tolist()  # the host sync
         hits = torch.cat([w[1] for w in self.items]).argmax(1).eq(torch.cat([w[2] for w in self.items]))
         metrics = {"loss/train": sum(losses) / len(losses), "acc/train": hits.float().mean().item(),
                    "throughput/samples_per_s": len(self.items) * batch_size / max(self.seconds, 1e-9)}

@@ -66,30 +66,43 @@ def resume_state(run_dir: Path, config: dict) -> dict | None:
     """For `resume=true`: the results of a run that already finished here (nothing to redo), or None
     to train (from checkpoint.pt when there is one). A directory of a different config is refused."""
     run_dir = Path(run_dir)
-    results, checkpoint = run_dir / RESULTS, run_dir / CHECKPOINT
-    if results.exists():
-        try:
-            old = json.loads(results.read_text())
-        except (OSError, json.JSONDecodeError):
-            old = {}
-        changed = config_differences(old.get("config", {}), config) if "config" in old else []
-        if changed:
-            raise UserError(f"{run_dir} holds a run of another config (it differs in {', '.join(changed)})",
-                            "resume with the same overrides, or choose a new hydra.run.dir")
-        if old.get("status") in ("completed", "diverged"):
-            log.info("%s already finished (%s); nothing to resume", run_dir, old["status"])
-            return old
+    finished = finished_results(run_dir, config)
+    if finished is None:
+        check_checkpoint(run_dir / CHECKPOINT)
+    return finished
+
+
+def finished_results(run_dir: Path, config: dict) -> dict | None:
+    """The results.json in `run_dir` if it records a finished run of `config`; refuses another config's."""
+    results = Path(run_dir) / RESULTS
+    if not results.exists():
+        return None
+    try:
+        old = json.loads(results.read_text())
+    except (OSError, json.JSONDecodeError):
+        old = {}
+    changed = config_differences(old.get("config", {}), config) if "config" in old else []
+    if changed:
+        raise UserError(f"{run_dir} holds a run of another config (it differs in {', '.join(changed)})",
+                        "resume with the same overrides, or choose a new hydra.run.dir")
+    if old.get("status") in ("completed", "diverged"):
+        log.info("%s already finished (%s); nothing to resume", run_dir, old["status"])
+        return old
+    return None
+
+
+def check_checkpoint(checkpoint: Path) -> None:
+    """Before resuming from `checkpoint`: warn when there is none, refuse one that cannot be read."""
     if not checkpoint.exists():
         log.warning("resume=true but %s has no %s; starting from scratch (to resume, pass the interrupted "
-                    "run's directory as hydra.run.dir)", run_dir, CHECKPOINT)
-        return None
+                    "run's directory as hydra.run.dir)", checkpoint.parent, CHECKPOINT)
+        return
     try:  # written atomically, so only a foreign or damaged file fails here
         torch.load(checkpoint, map_location="cpu", weights_only=True)
     except Exception as e:
         # (torch's own message suggests weights_only=False: never for a file we cannot vouch for)
         raise UserError(f"cannot read {checkpoint}: damaged, or not a normbench checkpoint ({type(e).__name__})",
                         "delete it to start over, or run without resume=true in a new directory") from None
-    return None
 
 
 def describe(e: BaseException) -> str:

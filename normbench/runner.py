@@ -57,13 +57,17 @@ def validate(cfg: Config) -> None:
         if not ok:
             raise UserError(what, fix)
     studies.for_config(cfg).validate(cfg)
+    if cfg.pack.seeds is not None or cfg.pack.lrs is not None:
+        from normbench.pack.runner import validate_pack
+
+        validate_pack(cfg)
 
 
 def make_trackers(cfg: Config, run_dir: Path, config_dict: dict,
-                  hparam_domains: dict[str, list] | None = None) -> Trackers:
+                  hparam_domains: dict[str, list] | None = None, title: str | None = None) -> Trackers:
     trackers = []
     if cfg.progress:
-        trackers.append(RichTracker(f"{cfg.model.name}/{cfg.norm.name} bs={cfg.batch_size}"))
+        trackers.append(RichTracker(title or f"{cfg.model.name}/{cfg.norm.name} bs={cfg.batch_size}"))
     if cfg.tensorboard:
         discrete = {k: list(names()) for k, names in DISCRETE.items()}
         discrete.update({k: list(v) for k, v in (hparam_domains or {}).items() if k not in discrete})
@@ -71,64 +75,93 @@ def make_trackers(cfg: Config, run_dir: Path, config_dict: dict,
     return Trackers(trackers)
 
 
+def start_results(cfg: Config, run_dir: Path) -> dict[str, Any]:
+    """The results a run writes before it starts: "failed, unfinished", so a run killed from then on leaves
+    a results.json that says so."""
+    results: dict[str, Any] = {"status": "failed", "error": guards.UNFINISHED, "config": to_dict(cfg),
+                               "versions": versions(), "git_sha": git_sha()}
+    write_results(run_dir, results)
+    return results
+
+
+def setup(cfg: Config) -> tuple[torch.device, norms.NormFactory]:
+    """What every run does before reading data: check the config, set threads, pick the device."""
+    validate(cfg)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    return pick_device(cfg.device), norms.factory(cfg.norm.name, **norm_options(cfg.norm))
+
+
+def build_model(cfg: Config, make: norms.NormFactory, splits: data.Splits, device: torch.device,
+                results: dict[str, Any]) -> torch.nn.Module:
+    """The model, initialized by `cfg.seed`, checked against the batch size; records what it sees."""
+    torch.manual_seed(cfg.seed)
+    model = models.create(cfg.model, make, splits.shape, splits.num_classes).to(device)
+    values, layouts = models.norm_values_per_channel(model, splits.train_x[:cfg.batch_size])
+    guards.check_batch_statistics(cfg, values, layouts)
+    results.update(device=str(device), torch_threads=torch.get_num_threads(), norm_values_per_channel=values,
+                   lr_effective=scaled_lr(cfg))
+    return model
+
+
+def finish_results(results: dict[str, Any], fitted, model: torch.nn.Module, splits: data.Splits,
+                   cfg: Config) -> None:
+    """Record a trained model's outcome, and its test accuracies when it completed."""
+    results.pop("error", None)
+    results.update(
+        status=fitted.status, steps=fitted.steps, epochs_done=fitted.epochs_done,
+        train_samples_per_s=fitted.train_samples_per_s, history=fitted.history,
+        val_acc=fitted.history[-1]["acc/val"] if fitted.history else None,
+        diverged_step=fitted.diverged_step,
+        num_params=sum(p.numel() for p in model.parameters()),
+        samples_per_step=cells.samples_per_step(model),  # per-step recurrent BN: what each step's saw
+    )
+    if fitted.status == "completed":
+        results["test_loss"], results["test_acc"] = evaluate(
+            model, batches(splits.test_x, splits.test_y, cfg.eval_batch_size))
+        results.update(studies.for_config(cfg).evaluations(model, splits, cfg))
+    else:
+        results["test_acc"] = None
+
+
+def close_results(results: dict[str, Any], run_dir: Path, started: float, tracker) -> None:
+    results["wall_s"] = time.perf_counter() - started
+    write_results(run_dir, results)
+    if tracker is not None:
+        if results["status"] != "failed":
+            tracker.finish(results)
+        tracker.close()
+
+
 def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list] | None = None) -> dict[str, Any]:
     """Train and test one configuration; write `run_dir/results.json` (also when the run fails, setup
     included, so a sweep's summary can list the failure). `hparam_domains`: extra discrete HParams
-    domains, e.g. {"batch_size": [2, 8, 32]} from the sweep this run belongs to."""
+    domains, e.g. {"batch_size": [2, 8, 32]} from the sweep this run belongs to. With `pack.seeds` or
+    `pack.lrs` set, the members train packed (normbench.pack) and this returns the pack's summary."""
+    if cfg.pack.seeds is not None or cfg.pack.lrs is not None:
+        from normbench.pack.runner import run_pack
+
+        return run_pack(cfg, Path(run_dir), hparam_domains)
     started = time.perf_counter()
     run_dir = Path(run_dir)
     config_dict = to_dict(cfg)
     guards.check_writable(run_dir)
     if cfg.resume and (finished := guards.resume_state(run_dir, config_dict)) is not None:
         return finished
-    results: dict[str, Any] = {"status": "failed", "error": guards.UNFINISHED, "config": config_dict,
-                               "versions": versions(), "git_sha": git_sha()}
-    write_results(run_dir, results)  # a run killed from now on leaves a results.json that says so
+    results = start_results(cfg, run_dir)
     try:
-        validate(cfg)
-        study = studies.for_config(cfg)
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
-        device = pick_device(cfg.device)
-        results.update(device=str(device), torch_threads=torch.get_num_threads())
-        make = norms.factory(cfg.norm.name, **norm_options(cfg.norm))
+        device, make = setup(cfg)
         splits = data.load(cfg.data, device)
-        torch.manual_seed(cfg.seed)
-        model = models.create(cfg.model, make, splits.shape, splits.num_classes).to(device)
-        values, layouts = models.norm_values_per_channel(model, splits.train_x[:cfg.batch_size])
-        guards.check_batch_statistics(cfg, values, layouts)
-        results["norm_values_per_channel"] = values
-        train_cfg = replace(cfg, lr=scaled_lr(cfg))  # the config records the base lr
-        results["lr_effective"] = train_cfg.lr
-
+        model = build_model(cfg, make, splits, device, results)
         tracker = tracker or make_trackers(cfg, run_dir, config_dict, hparam_domains)
         if cfg.norm.track_stats:  # forward hooks on the norm layers; when off, none exist
             probe.attach(model, tracker, cfg.norm.track_every)
-        fitted = fit(model, splits, train_cfg, tracker, device, checkpoint=run_dir / CHECKPOINT,
-                     resume=cfg.resume, batch_fn=study.train_batches(cfg))
-        results.pop("error")
-        results.update(
-            status=fitted.status, steps=fitted.steps, epochs_done=fitted.epochs_done,
-            train_samples_per_s=fitted.train_samples_per_s, history=fitted.history,
-            val_acc=fitted.history[-1]["acc/val"] if fitted.history else None,
-            diverged_step=fitted.diverged_step,
-            num_params=sum(p.numel() for p in model.parameters()),
-            samples_per_step=cells.samples_per_step(model),  # per-step recurrent BN: what each step's saw
-        )
-        if fitted.status == "completed":
-            results["test_loss"], results["test_acc"] = evaluate(
-                model, batches(splits.test_x, splits.test_y, cfg.eval_batch_size))
-            results.update(study.evaluations(model, splits, cfg))
-        else:
-            results["test_acc"] = None
+        fitted = fit(model, splits, replace(cfg, lr=results["lr_effective"]), tracker, device,  # records the base lr
+                     checkpoint=run_dir / CHECKPOINT, resume=cfg.resume, batch_fn=studies.for_config(cfg).train_batches(cfg))
+        finish_results(results, fitted, model, splits, cfg)
     except BaseException as e:  # a crash, a user error or Ctrl-C: record it, keep what was written, re-raise
         results["status"], results["error"] = "failed", guards.describe(e)
         raise
     finally:
-        results["wall_s"] = time.perf_counter() - started
-        write_results(run_dir, results)
-        if tracker is not None:
-            if results["status"] != "failed":
-                tracker.finish(results)
-            tracker.close()
+        close_results(results, run_dir, started, tracker)
     return results

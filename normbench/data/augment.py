@@ -51,13 +51,14 @@ def augmented(batch_fn, cfg: DataConfig):
 
     Only training batches pass through here, so validation and test (batch-statistics evaluations
     included) see the clean images, and the model is the plain model (its state_dict keys unchanged).
-    Draws come from torch's global RNG on the device, which the engine seeds and checkpoints, so a
-    resumed run augments exactly as an unbroken one."""
+    Draws come from the batches' generator (the run's shuffle generator, which the engine seeds and
+    checkpoints), so a resumed run augments exactly as an unbroken one, and each member of a pack
+    augments as its own run would."""
     if not cfg.augment:
         return batch_fn
 
     def augmented_batches(x, y, batch_size, **kw):
         for xb, yb, lengths in batch_fn(x, y, batch_size, **kw):
-            yield random_crop_flip(xb, cfg.crop_padding, cfg.hflip), yb, lengths
+            yield random_crop_flip(xb, cfg.crop_padding, cfg.hflip, kw.get("generator")), yb, lengths
 
     return augmented_batches

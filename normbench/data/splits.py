@@ -67,12 +67,12 @@ def load(cfg: DataConfig, device: torch.device, seed: int = 0) -> Splits:
             raise UserError(f"data.subset={cfg.subset} must be >= 1", "set data.subset=null to use all")
         train_idx = train_idx[: cfg.subset]
 
-    train = train_x[train_idx].float().div_(255)
+    train = train_x[train_idx].to(torch.get_default_dtype()).div_(255)
     mean = train.mean(dim=(0, 2, 3), keepdim=True)
     std = train.std(dim=(0, 2, 3), keepdim=True)
 
     def prep(x: torch.Tensor) -> torch.Tensor:
-        return ((x.float().div_(255) - mean) / std).to(device)
+        return ((x.to(torch.get_default_dtype()).div_(255) - mean) / std).to(device)
 
     return Splits(
         train_x=((train - mean) / std).to(device), train_y=train_y[train_idx].long().to(device),

@@ -1,0 +1,285 @@
+"""Packed layers: S members' copies of one layer as one module that runs them in one computation.
+
+    layer = convert([m0.fc, m1.fc, m2.fc])      # three nn.Linear -> PackedLinear, weight (3, out, in)
+    y = layer(x)                                # x: (S, N, in) -> (S, N, out)
+    unpack_into(layer, [m0.fc, m1.fc, m2.fc])   # each member's weights back from the stack
+
+Two layouts carry activations between packed layers:
+  "m" (members first): (S, N, ...), member k's activations are x[k]  (linears, RNNs, per-token norms)
+  "c" (channels packed): (N, S*C, H, W), member k owns channels k*C..(k+1)*C  (convolutions, BN and GN
+      on images: a conv with groups=S, BN over S*C channels and GN with S*G groups are exactly S
+      per-member layers, computed by torch's own kernels, running statistics included)
+A module's `layout` says which it takes ("any" for elementwise ones); `PackedSequential` converts between
+them where consecutive modules differ.
+
+What has no packed form here (WeightNorm and Cosine layers, ghost-batch BN, Batch Renorm, FRN, EvoNorm,
+Switchable, RMS, GN on rows, BN on sequences, LSTM and GRU, cells with a norm inside) is wrapped in
+`PerMember`: each member's own module applied to its own slice. That is exact by construction (the
+member's code runs on the member's data) and packs everything around it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normbench import cells
+from normbench.norms.batch import BatchNorm
+from normbench.norms.common import TokenWise
+
+
+def to_layout(x: torch.Tensor, have: str, want: str, members: int) -> torch.Tensor:
+    """Move activations between the "m" (S, N, C, ...) and "c" (N, S*C, ...) layouts."""
+    if have == want or "any" in (have, want):
+        return x
+    if want == "c":  # (S, N, C, H, W) -> (N, S*C, H, W)
+        return x.transpose(0, 1).flatten(1, 2)
+    n = x.shape[0]  # (N, S*C, H, W) -> (S, N, C, H, W)
+    return x.view(n, members, -1, *x.shape[2:]).transpose(0, 1)
+
+
+def _stack(tensors, dim: int = 0) -> torch.Tensor:
+    return torch.stack([t.detach() for t in tensors], dim)
+
+
+def _cat(tensors) -> torch.Tensor:
+    return torch.cat([t.detach() for t in tensors])
+
+
+class PerMember(nn.Module):
+    """Each member's own module on its own slice of "m"-layout activations (and of the mask, if any).
+    `steps` (one int per member) trims a sequence to the length the member's own batch was padded to, for
+    norms whose statistics count padding."""
+
+    layout = "m"
+
+    def __init__(self, modules: list[nn.Module]):
+        super().__init__()
+        self.members = nn.ModuleList(modules)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, steps: list[int] | None = None):
+        outs = []
+        for k, module in enumerate(self.members):
+            xk, mk = x[k], None if mask is None else mask[k]
+            if steps is not None and steps[k] < x.shape[2]:
+                y = module(xk[:, :steps[k]], None if mk is None else mk[:, :steps[k]])
+                outs.append(torch.cat([y, y.new_zeros(y.shape[0], x.shape[2] - steps[k], *y.shape[2:])], 1))
+            else:
+                outs.append(module(xk) if mask is None else module(xk, mk))
+        return torch.stack(outs)
+
+
+class Elementwise(nn.Module):
+    """A module without parameters that acts on each value alone (ReLU, dropout, identity): any layout."""
+
+    layout = "any"
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, steps=None) -> torch.Tensor:
+        return self.module(x)
+
+
+class PackedLinear(nn.Module):
+    """S linears as one batched matmul: weight (S, out, in), bias (S, 1, out); "m" layout."""
+
+    layout = "m"
+
+    def __init__(self, modules: list[nn.Linear]):
+        super().__init__()
+        self.weight = nn.Parameter(_stack([m.weight for m in modules]))
+        self.bias = None if modules[0].bias is None else nn.Parameter(_stack([m.bias for m in modules])[:, None])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x = x.reshape(shape[0], -1, shape[-1])
+        w = self.weight.transpose(1, 2)
+        y = torch.bmm(x, w) if self.bias is None else torch.baddbmm(self.bias, x, w)
+        return y.view(*shape[:-1], -1)
+
+    def unpack(self, modules: list[nn.Linear]) -> None:
+        for k, m in enumerate(modules):
+            m.weight.copy_(self.weight[k])
+            if m.bias is not None:
+                m.bias.copy_(self.bias[k, 0])
+
+
+class PackedConv2d(nn.Module):
+    """S convolutions as one grouped convolution over S*C channels; "c" layout."""
+
+    layout = "c"
+
+    def __init__(self, modules: list[nn.Conv2d]):
+        super().__init__()
+        m = modules[0]
+        self.stride, self.padding, self.dilation = m.stride, m.padding, m.dilation
+        self.groups = m.groups * len(modules)
+        self.weight = nn.Parameter(_cat([m.weight for m in modules]))
+        self.bias = None if m.bias is None else nn.Parameter(_cat([m.bias for m in modules]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def unpack(self, modules: list[nn.Conv2d]) -> None:
+        for w, m in zip(self.weight.chunk(len(modules)), modules):
+            m.weight.copy_(w)
+        if self.bias is not None:
+            for b, m in zip(self.bias.chunk(len(modules)), modules):
+                m.bias.copy_(b)
+
+
+def _affine(modules, packed: nn.Module, weight: str = "weight", bias: str = "bias") -> None:
+    """Concatenate the members' per-channel scale and shift onto `packed` (None when not affine)."""
+    w, b = getattr(modules[0], weight), getattr(modules[0], bias)
+    packed.weight = None if w is None else nn.Parameter(_cat([getattr(m, weight) for m in modules]))
+    packed.bias = None if b is None else nn.Parameter(_cat([getattr(m, bias) for m in modules]))
+
+
+def _unpack_affine(packed: nn.Module, modules, weight: str = "weight", bias: str = "bias") -> None:
+    for name, own in ((weight, "weight"), (bias, "bias")):
+        stacked = getattr(packed, own)
+        if stacked is not None:
+            for part, m in zip(stacked.chunk(len(modules)), modules):
+                getattr(m, name).copy_(part)
+
+
+class PackedBatchNorm(nn.Module):
+    """S BatchNorms as one over S*C channels: torch's kernel, running statistics updated in place.
+    "c" layout for images; flat (S, N, C) features are moved to (N, S*C) and back."""
+
+    def __init__(self, modules: list[BatchNorm]):
+        super().__init__()
+        m = modules[0]
+        self.layout = "c" if m.layout == "image" else "m"
+        self.eps, self.momentum = m.eps, m.momentum
+        _affine(modules, self)
+        self.register_buffer("running_mean", _cat([m.running_mean for m in modules]))
+        self.register_buffer("running_var", _cat([m.running_var for m in modules]))
+        self.register_buffer("num_batches_tracked", m.num_batches_tracked.detach().clone())
+
+    def forward(self, x: torch.Tensor, mask=None, steps=None) -> torch.Tensor:
+        flat = self.layout == "m"
+        if flat:  # (S, N, C) -> (N, S*C)
+            s, n, c = x.shape
+            x = x.transpose(0, 1).reshape(n, s * c)
+        if self.training:
+            self.num_batches_tracked.add_(1)
+        y = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.training,
+                         self.momentum, self.eps)
+        return y.view(n, s, c).transpose(0, 1) if flat else y
+
+    def unpack(self, modules: list[BatchNorm]) -> None:
+        _unpack_affine(self, modules)
+        for k, m in enumerate(modules):
+            m.running_mean.copy_(self.running_mean.chunk(len(modules))[k])
+            m.running_var.copy_(self.running_var.chunk(len(modules))[k])
+            m.num_batches_tracked.copy_(self.num_batches_tracked)
+
+
+class PackedGroupNorm(nn.Module):
+    """S GroupNorms on images (LayerNorm's image form included: one group) as one with S*G groups; "c"."""
+
+    layout = "c"
+
+    def __init__(self, modules: list[nn.GroupNorm]):
+        super().__init__()
+        self.groups, self.eps = modules[0].num_groups * len(modules), modules[0].eps
+        _affine(modules, self)
+
+    def forward(self, x: torch.Tensor, mask=None, steps=None) -> torch.Tensor:
+        return F.group_norm(x, self.groups, self.weight, self.bias, self.eps)
+
+    def unpack(self, modules: list[nn.GroupNorm]) -> None:
+        _unpack_affine(self, modules)
+
+
+class PackedLayerNorm(nn.Module):
+    """S LayerNorms over the last dim (rows, or each token): torch's kernel, then each member's own
+    scale and shift, stored (S, C) and broadcast over (S, N, [T,] C); "m" layout."""
+
+    layout = "m"
+
+    def __init__(self, modules: list[nn.LayerNorm]):
+        super().__init__()
+        self.shape, self.eps = modules[0].normalized_shape, modules[0].eps
+        w, b = modules[0].weight, modules[0].bias
+        self.weight = None if w is None else nn.Parameter(_stack([m.weight for m in modules]))
+        self.bias = None if b is None else nn.Parameter(_stack([m.bias for m in modules]))
+
+    def forward(self, x: torch.Tensor, mask=None, steps=None) -> torch.Tensor:
+        y = F.layer_norm(x, self.shape, eps=self.eps)
+        if self.weight is None:
+            return y
+        view = (x.shape[0],) + (1,) * (x.dim() - 2) + (x.shape[-1],)
+        return torch.addcmul(self.bias.view(view), y, self.weight.view(view))
+
+    def unpack(self, modules: list[nn.LayerNorm]) -> None:
+        for k, m in enumerate(modules):
+            if m.weight is not None:
+                m.weight.copy_(self.weight[k])
+                m.bias.copy_(self.bias[k])
+
+
+class PackedMaxPool2d(nn.Module):
+    layout = "c"
+
+    def __init__(self, modules: list[nn.MaxPool2d]):
+        super().__init__()
+        self.pool = modules[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x)
+
+
+class PackedFlatten(nn.Module):
+    """nn.Flatten of each member: (S, N, ...) -> (S, N, features)."""
+
+    layout = "m"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(x.shape[0], x.shape[1], -1)
+
+
+def _is_plain_bn(m: nn.Module) -> bool:
+    return (type(m) is BatchNorm and m.ghost_batch is None and m.momentum is not None and m.track_running_stats
+            and m.layout in ("flat", "image"))
+
+
+def convert(modules: list[nn.Module]) -> nn.Module:
+    """The packed form of S members' copies of one layer; `PerMember` where there is none."""
+    from normbench.pack.rnn import PackedRNN
+
+    m = modules[0]
+    kind = type(m)
+    if kind is nn.Linear:
+        return PackedLinear(modules)
+    if kind is nn.Conv2d and m.padding_mode == "zeros":
+        return PackedConv2d(modules)
+    if kind is nn.Flatten and m.start_dim == 1 and m.end_dim == -1:
+        return PackedFlatten()
+    if kind is nn.MaxPool2d:
+        return PackedMaxPool2d(modules)
+    if isinstance(m, (nn.ReLU, nn.Identity, nn.Dropout, cells.Passthrough)):
+        return Elementwise(m)
+    if _is_plain_bn(m):
+        return PackedBatchNorm(modules)
+    if kind is nn.GroupNorm:
+        return PackedGroupNorm(modules)
+    if kind is nn.LayerNorm and len(m.normalized_shape) == 1:
+        return PackedLayerNorm(modules)
+    if kind is TokenWise and type(m.norm) is nn.LayerNorm:
+        return PackedLayerNorm([t.norm for t in modules])
+    if PackedRNN.takes(m):
+        return PackedRNN(modules)
+    return PerMember(modules)
+
+
+@torch.no_grad()
+def unpack_into(packed: nn.Module, modules: list[nn.Module]) -> None:
+    """Copy a packed layer's state back into each member's module (a PerMember's are the members' own)."""
+    if hasattr(packed, "unpack"):
+        packed.unpack(modules if not isinstance(packed, PackedLayerNorm) or not isinstance(modules[0], TokenWise)
+                      else [t.norm for t in modules])

@@ -1,0 +1,96 @@
+"""S member models (each built and initialized by its own seed) -> one packed model, and back.
+
+    members = [build(seed) for seed in seeds]          # exactly the models separate runs would train
+    packed = pack_models(members)                      # forward((S, N, C, H, W), lengths (S, N)) -> (S, N, classes)
+    unpack(packed, members)                            # each member's weights and statistics, from the pack
+
+The packed model mirrors the members' structure layer for layer (layers.convert); its parameters are
+the members' stacked (or concatenated) copies. Layers that stay per member (`PerMember`) hold the
+members' own modules, so unpacking leaves nothing to copy for them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from normbench.models import CNN, MLP, RNN, length_mask
+from normbench.pack.layers import convert, to_layout, unpack_into
+
+
+class PackedSequential(nn.Module):
+    """The packed form of a member's `net` (nn.Sequential): converts layouts between layers."""
+
+    def __init__(self, nets: list[nn.Sequential]):
+        super().__init__()
+        self.members = len(nets)
+        self.layers = nn.ModuleList(convert([net[i] for net in nets]) for i in range(len(nets[0])))
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        have = "m"
+        for layer in self.layers:
+            x = layer(to_layout(x, have, layer.layout, self.members))
+            have = layer.layout if layer.layout != "any" else have
+        return to_layout(x, have, "m", self.members)
+
+    def unpack(self, nets: list[nn.Sequential]) -> None:
+        for i, layer in enumerate(self.layers):
+            unpack_into(layer, [net[i] for net in nets])
+
+
+class PackedRNNModel(nn.Module):
+    """The packed form of `models.RNN`: the same forward, over (S, N, ...) with per-member lengths."""
+
+    def __init__(self, members: list[RNN]):
+        super().__init__()
+        self.layers = nn.ModuleList(convert([m.layers[i] for m in members]) for i in range(len(members[0].layers)))
+        self.norms = nn.ModuleList(convert([m.norms[i] for m in members]) for i in range(len(members[0].norms)))
+        self.dropout = members[0].dropout
+        self.head = convert([m.head for m in members])
+        self.steps: list[int] | None = None  # each member's padded length, when members' batches differ in it
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        s, n, c, h, w = x.shape
+        seq = x.permute(0, 1, 3, 2, 4).reshape(s, n, h, c * w)  # (S, N, T=H, C*W)
+        mask = None if lengths is None else length_mask(lengths.view(-1), h).view(s, n, h)
+        for layer, norm in zip(self.layers, self.norms):
+            seq = norm(layer(seq, mask), mask, self.steps)
+        if lengths is None:
+            last = seq[:, :, -1]
+        else:
+            last = seq[torch.arange(s, device=x.device)[:, None], torch.arange(n, device=x.device), lengths - 1]
+        return self.head(self.dropout(last))
+
+    def unpack(self, members: list[RNN]) -> None:
+        for i, (layer, norm) in enumerate(zip(self.layers, self.norms)):
+            unpack_into(layer, [m.layers[i] for m in members])
+            unpack_into(norm, [m.norms[i] for m in members])
+        unpack_into(self.head, [m.head for m in members])
+
+
+class PackedModel(nn.Module):
+    """What the packed training loop trains: `net` is the packed network, `members` the S models."""
+
+    def __init__(self, members: list[nn.Module]):
+        super().__init__()
+        kind = type(members[0])
+        if kind in (MLP, CNN):
+            self.net = PackedSequential([m.net for m in members])
+        elif kind is RNN:
+            self.net = PackedRNNModel(members)
+        else:
+            raise TypeError(f"no packed form of {kind.__name__}")
+        self.size = len(members)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        return self.net(x, lengths)
+
+
+def pack_models(members: list[nn.Module]) -> PackedModel:
+    return PackedModel(members)
+
+
+@torch.no_grad()
+def unpack(packed: PackedModel, members: list[nn.Module]) -> None:
+    """Write the pack's state into the member models, which then evaluate as separate runs' models would."""
+    packed.net.unpack([m.net for m in members] if isinstance(packed.net, PackedSequential) else members)

@@ -1,0 +1,219 @@
+"""Packed training against its reference, separate runs: in float64 on the CPU, member k of a pack with
+seed s trains exactly as the run seed=s (every step's loss, every parameter and running statistic after 50
+steps, to 1e-8), for every norm of the catalog in every model it supports, both RNN placements and the
+variable-length batches with masks; members' own learning rates (SGD with momentum, AdamW) against runs
+with torch's fused optimizers; a diverging member leaves the others as they would be alone."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from conftest import normbench_cli
+from normbench import data, norms, runner, studies
+from normbench.config import Config, DataConfig, ModelConfig, NormConfig, PackConfig, VarLenConfig
+from normbench.engine import fit
+from normbench.errors import UserError
+from normbench.pack.fit import fit_packed
+from normbench.pack.model import pack_models
+from normbench.pack.runner import members as pack_members
+from normbench.tracking import NullTracker
+
+STEPS, TOL = 50, 1e-8
+SMALL = {"mlp": {"hidden": 24}, "cnn": {"channels": [8, 8], "hidden": 16}, "rnn": {"hidden": 16}}
+
+
+class Losses(NullTracker):
+    def __init__(self):
+        self.losses: list[float] = []
+
+    def step(self, step, metrics):
+        self.losses.append(metrics["loss/train"])
+
+
+def config(tiny_root, model: str, norm: str, model_opts: dict | None = None, norm_opts: dict | None = None,
+           **kw) -> Config:
+    model_kw = {**SMALL[model], "dropout": 0.0, **(model_opts or {})}
+    kw = {"batch_size": 4, **kw}
+    return Config(model=ModelConfig(name=model, **model_kw), norm=NormConfig(name=norm, **(norm_opts or {})),
+                  data=DataConfig(root=str(tiny_root), val_size=100, download=False),
+                  max_steps=STEPS, log_every=1, progress=False, tensorboard=False, device="cpu", **kw)
+
+
+def separate(cfg: Config, splits):
+    """The reference: the run `cfg` alone, as runner.run trains it."""
+    device, make = runner.setup(cfg)
+    results: dict = {}
+    model = runner.build_model(cfg, make, splits, device, results)
+    tracker = Losses()
+    fitted = fit(model, splits, replace(cfg, lr=results["lr_effective"]), tracker, device,
+                 batch_fn=studies.for_config(cfg).train_batches(cfg))
+    return tracker.losses, model, fitted
+
+
+def packed(cfg: Config, splits):
+    """The same members as one pack, as pack.runner trains them."""
+    pack = pack_members(cfg)
+    device, make = runner.setup(pack[0][1])
+    results = [{} for _ in pack]
+    models = [runner.build_model(m, make, splits, device, r) for (_, m), r in zip(pack, results)]
+    trackers = [Losses() for _ in pack]
+    fitted = fit_packed(pack_models(models), models, splits,
+                        [replace(m, lr=r["lr_effective"]) for (_, m), r in zip(pack, results)], trackers, device,
+                        batch_fn=studies.for_config(cfg).train_batches(cfg))
+    return [(t.losses, m, f) for t, m, f in zip(trackers, models, fitted)], [m for _, m in pack]
+
+
+def assert_members_equal_separate_runs(cfg: Config):
+    with torch_dtype(torch.float64):
+        splits = data.load(cfg.data, torch.device("cpu"))
+        got, member_cfgs = packed(cfg, splits)
+        for (losses, model, fitted), member in zip(got, member_cfgs):
+            want_losses, want_model, want_fit = separate(member, splits)
+            assert fitted.status == want_fit.status and fitted.diverged_step == want_fit.diverged_step
+            assert len(losses) == len(want_losses) > 0
+            # (relative too: a diverging member's last losses are astronomically large)
+            torch.testing.assert_close(torch.tensor(losses), torch.tensor(want_losses), rtol=TOL, atol=TOL)
+            if want_fit.status == "diverged":  # the run stopped there; the member's slices go on as NaN
+                continue
+            want = want_model.state_dict()
+            have = model.state_dict()
+            assert have.keys() == want.keys()
+            for key in want:
+                if want[key].is_floating_point():
+                    torch.testing.assert_close(have[key], want[key], rtol=0, atol=TOL, msg=key)
+                else:
+                    assert torch.equal(have[key], want[key]), key
+        return got
+
+
+class torch_dtype:
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def __enter__(self):
+        self.old = torch.get_default_dtype()
+        torch.set_default_dtype(self.dtype)
+
+    def __exit__(self, *exc):
+        torch.set_default_dtype(self.old)
+
+
+LAYOUT = {"mlp": "flat", "cnn": "image", "rnn": "seq"}
+
+
+def _defined(model: str, norm: str, placement: str = "output") -> bool:
+    spec = norms.get(norm)
+    if LAYOUT[model] in spec.unsupported:
+        return False
+    if placement == "recurrent":
+        return norm == "none" or spec.reparameterizes or ("flat" not in spec.unsupported and not spec.own_activation)
+    return True
+
+
+CATALOG = [(m, n, "output") for m in ("mlp", "cnn", "rnn") for n in norms.names() if _defined(m, n)] + \
+          [("rnn", n, "recurrent") for n in norms.names() if _defined("rnn", n, "recurrent")]
+
+
+@pytest.mark.parametrize("model,norm,placement", CATALOG, ids=["-".join(c) for c in CATALOG])
+def test_every_norm_in_every_model_trains_packed_as_separate_runs(model, norm, placement, tiny_root):
+    kw = {"model_opts": {"placement": placement}} if model == "rnn" else {}
+    assert_members_equal_separate_runs(config(tiny_root, model, norm, pack=PackConfig(seeds=[0, 1]), **kw))
+
+
+VARIANTS = {
+    "lstm-ln": ("rnn", "ln", {"model_opts": {"cell": "lstm"}}),
+    "gru-bn": ("rnn", "bn", {"model_opts": {"cell": "gru"}}),
+    "lstm-recurrent-bn": ("rnn", "bn", {"model_opts": {"cell": "lstm", "placement": "recurrent"}}),
+    # SGD: the bias of the layer before a ghost BN has a gradient that is zero in exact arithmetic (the
+    # mean subtraction cancels it), and AdamW would turn its rounding noise, which any other order of
+    # the same sums changes, into lr-sized steps. Ghost batches of 4: BN over 2 values is +-1, a step
+    # function of its inputs, where rounding alone can flip a sign.
+    "bn-ghost": ("mlp", "bn", {"norm_opts": {"ghost_batch": 4}, "optimizer": "sgd", "lr": 0.05, "batch_size": 8}),
+    "cnn-bn-ghost": ("cnn", "bn", {"norm_opts": {"ghost_batch": 2}, "optimizer": "sgd", "lr": 0.05}),
+    "bn-scratch": ("cnn", "bn", {"norm_opts": {"impl": "scratch"}}),
+    "augmented": ("cnn", "gn", {"data": None}),
+}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_cells_ghost_batches_scratch_and_augmentation_pack_as_separate_runs(name, tiny_root):
+    model, norm, kw = VARIANTS[name]
+    augment = kw.pop("data", "no") is None
+    cfg = config(tiny_root, model, norm, pack=PackConfig(seeds=[0, 1]), **kw)
+    if augment:
+        cfg.data.augment = True
+    assert_members_equal_separate_runs(cfg)
+
+
+VARLEN = [("bn", {"masked": True}, "output"), ("bn", {"masked": False}, "output"), ("bn", {}, "recurrent"),
+          ("ln", {}, "output"), ("ln", {}, "recurrent"), ("rms", {}, "output"), ("brn", {"masked": False}, "output")]
+
+
+@pytest.mark.parametrize("norm,opts,placement", VARLEN, ids=[f"{n}-{p}-{o}" for n, o, p in VARLEN])
+def test_variable_length_batches_with_masks_pack_as_separate_runs(norm, opts, placement, tiny_root):
+    """Members draw their own lengths, so their batches differ in padded length: naive BN must count
+    only its own member's padding."""
+    cfg = config(tiny_root, "rnn", norm, norm_opts=opts, model_opts={"placement": placement},
+                 varlen=VarLenConfig(enabled=True, min_len=6, max_len=28), pack=PackConfig(seeds=[0, 1, 2]),
+                 batch_size=16)  # at 8, a late step's statistics may see one sample (variance 0): rounding
+    # differences of 4e-16 grew to 1e-7 in 50 steps, where at 16 they stay below 1e-13
+    assert_members_equal_separate_runs(cfg)
+
+
+@pytest.mark.parametrize("optimizer,lrs,extra", [("sgd", [0.01, 0.05], {"weight_decay": 1e-3}),
+                                                 ("adam", [1e-3, 3e-3], {"weight_decay": 1e-2}),
+                                                 ("adam", [1e-3, 3e-3], {"lr_scaling": "linear"})])
+def test_members_own_learning_rates_match_runs_with_torch_optimizers(optimizer, lrs, extra, tiny_root):
+    cfg = config(tiny_root, "cnn", "bn", optimizer=optimizer, pack=PackConfig(seeds=[0, 1], lrs=lrs),
+                 warmup_steps=5, **extra)
+    got = assert_members_equal_separate_runs(cfg)
+    assert len(got) == 4
+
+
+def test_a_diverging_member_is_recorded_at_its_step_and_the_others_train_on(tiny_root):
+    """Reference: the members' separate runs, one of which diverges (SGD at lr 1e300: inf weights, NaN loss)."""
+    cfg = config(tiny_root, "mlp", "none", optimizer="sgd", momentum=0.0, pack=PackConfig(seeds=[0], lrs=[0.01, 1e300]))
+    got = assert_members_equal_separate_runs(cfg)
+    (_, _, ok), (_, _, bad) = got
+    assert ok.status == "completed" and ok.steps == STEPS
+    assert bad.status == "diverged" and bad.diverged_step < STEPS
+
+
+def test_packed_run_writes_each_member_as_a_run(tiny_root, tmp_path):
+    """Reference: the single-run contract (what summarize reads), one results.json per member."""
+    cfg = config(tiny_root, "mlp", "bn", pack=PackConfig(seeds=[3, 4], lrs=[1e-3, 2e-3]))
+    cfg.log_every, cfg.tensorboard = 10, True
+    summary = runner.run(cfg, tmp_path)
+    assert summary["status"] == "completed" and len(summary["members"]) == 4
+    for lr in (1e-3, 2e-3):
+        for seed in (3, 4):
+            d = tmp_path / f"lr={lr:g},seed={seed}"
+            res = json.loads((d / "results.json").read_text())
+            assert res["config"]["seed"] == seed and res["config"]["lr"] == lr
+            assert res["config"]["pack"]["seeds"] is None and res["packed"]["members"] == 4
+            assert res["status"] == "completed" and 0 <= res["test_acc"] <= 1 and res["test_acc_precise_bn"] is not None
+            assert list(d.glob("events.out.tfevents.*"))
+    accs = {json.loads(p.read_text())["test_acc"] for p in tmp_path.glob("*/results.json")}
+    assert len(accs) > 1  # four different runs, not one copied
+
+
+@pytest.mark.parametrize("pack,why", [
+    ({"seeds": []}, "pack.seeds is empty"),
+    ({"seeds": [1, 1]}, "pack.seeds lists 1 more than once"),
+    ({"lrs": [0.1, -1.0]}, "pack.lrs must be > 0"),
+])
+def test_bad_packs_are_refused_with_one_line(pack, why, tiny_cfg, tmp_path):
+    with pytest.raises(UserError, match=why):
+        runner.run(replace(tiny_cfg, pack=PackConfig(**pack)), tmp_path)
+
+
+def test_seed_and_pack_seeds_together_is_one_line_and_exit_2(tiny_root, tmp_path):
+    r = normbench_cli("train", f"data.root={tiny_root}", "data.download=false", "data.val_size=100", "seed=3",
+                      "pack.seeds=[0,1]", "max_steps=2", "progress=false", f"hydra.run.dir={tmp_path}/r", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "seed=3 and pack.seeds both choose the seed" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
