@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import traceback
+from pathlib import Path
 
 from normbench.errors import UserError
 
@@ -175,9 +176,11 @@ def _hydra_train(argv: list[str]) -> int:
         seen["again"] = f"resume=true {where}"
         try:
             res = run(cfg, hc.runtime.output_dir, hparam_domains=_sweep_domains(hc) if multirun else None)
-            if res["status"] == "diverged":  # a result, not a failure: exit status 0, said once
-                print(f"normbench: diverged at step {res['diverged_step']} (non-finite loss); recorded in "
-                      f"{hc.runtime.output_dir}/results.json", file=sys.stderr)
+            for member in res.get("members", [res]):  # a pack's members, or the one run
+                if member["status"] == "diverged":  # a result, not a failure: exit status 0, said once
+                    where = Path(hc.runtime.output_dir) / member.get("name", "")
+                    print(f"normbench: diverged at step {member['diverged_step']} (non-finite loss); recorded in "
+                          f"{where / 'results.json'}", file=sys.stderr)
         except Exception as e:
             if not multirun:  # raised again below, outside Hydra, which would print more
                 outcome["error"] = e
@@ -196,6 +199,7 @@ def _hydra_train(argv: list[str]) -> int:
     sys.argv = ["normbench train", *argv]
     try:
         cli_errors.check_added_keys(overrides)
+        cli_errors.check_pack_overrides(overrides)
         train()
         if "error" in outcome:
             raise outcome["error"]

@@ -174,3 +174,14 @@ def check_added_keys(overrides: list[str]) -> None:
         key = o.key_or_group.replace("/", ".")
         if (o.is_add() or o.is_force_add()) and not key.startswith("hydra") and not key_exists(key):
             raise unknown_key(key)
+
+
+def check_pack_overrides(overrides: list[str]) -> None:
+    """`seed=...` with `pack.seeds=...` (or `lr=` with `pack.lrs=`) on one command line: the config alone
+    cannot tell `seed=0` from the default, so the command line is read here."""
+    keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    for one, many in (("seed", "pack.seeds"), ("lr", "pack.lrs")):
+        if one in keys and many in keys:
+            value = next(o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == one)
+            raise UserError(f"{one}={value} and {many} both choose the {'seed' if one == 'seed' else 'learning rate'}",
+                            f"drop {one}=...: each member's {one} comes from {many}")

@@ -78,20 +78,34 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
 def evaluate(model: nn.Module, batches: Iterable[Batch], batch_stats: bool = False) -> tuple[float, float]:
     """Mean cross-entropy and accuracy over (x, y, lengths) batches, in eval mode (running statistics),
     or with `batch_stats=True` normalizing each batch by its own statistics (the train/eval discrepancy);
-    the model comes back unchanged either way."""
+    the model comes back unchanged either way. A packed model (normbench.pack) scores every member on
+    the same batches, or on each member's own ((S, N, ...) batches), and returns a list per member."""
+    members = getattr(model, "size", None)
     loss = hits = None
     n = 0
     with batch_statistics(model) if batch_stats else _eval_mode(model):
         for x, y, lengths in batches:
+            if members is not None:
+                x, y, lengths = _for_members(members, x, y, lengths)
             logits = model(x, lengths)
-            batch_loss = F.cross_entropy(logits, y, reduction="sum")
-            batch_hits = (logits.argmax(1) == y).sum()
+            batch_loss = F.cross_entropy(logits.flatten(0, -2), y.flatten(), reduction="none").view(y.shape)
+            batch_loss, batch_hits = batch_loss.sum(-1), (logits.argmax(-1) == y).sum(-1)
             loss = batch_loss if loss is None else loss + batch_loss
             hits = batch_hits if hits is None else hits + batch_hits
-            n += len(y)
+            n += y.shape[-1]
     if not n:
-        return float("nan"), float("nan")
-    return loss.item() / n, hits.item() / n
+        return (float("nan"), float("nan")) if members is None else ([float("nan")] * members,) * 2
+    if members is None:
+        return loss.item() / n, hits.item() / n
+    return [v / n for v in loss.tolist()], [v / n for v in hits.tolist()]
+
+
+def _for_members(members: int, x: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor | None):
+    """One batch for every member of a pack: shared (N, C, H, W) batches expanded, own (S, N, ...) kept."""
+    if x.dim() == 5:
+        return x, y, lengths
+    return (x.expand(members, *x.shape), y.expand(members, *y.shape),
+            None if lengths is None else lengths.expand(members, *lengths.shape))
 
 
 @dataclass

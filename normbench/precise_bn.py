@@ -120,7 +120,7 @@ def recompute_statistics(model: nn.Module, batches: Iterable[Any], num_samples: 
                 break
             x, lengths = _inputs(batch)
             model(x) if lengths is None else model(x, lengths)
-            seen += len(x)
+            seen += x.shape[getattr(model, "batch_dim", 0)]  # a pack's batches are (members, N, ...)
     finally:
         for m in modules:
             m.__dict__.pop("stats_sink", None)

@@ -104,9 +104,8 @@ def build_model(cfg: Config, make: norms.NormFactory, splits: data.Splits, devic
     return model
 
 
-def finish_results(results: dict[str, Any], fitted, model: torch.nn.Module, splits: data.Splits,
-                   cfg: Config) -> None:
-    """Record a trained model's outcome, and its test accuracies when it completed."""
+def record_fit(results: dict[str, Any], fitted, model: torch.nn.Module) -> None:
+    """Record how training went (the history, its status, what the model is)."""
     results.pop("error", None)
     results.update(
         status=fitted.status, steps=fitted.steps, epochs_done=fitted.epochs_done,
@@ -115,13 +114,17 @@ def finish_results(results: dict[str, Any], fitted, model: torch.nn.Module, spli
         diverged_step=fitted.diverged_step,
         num_params=sum(p.numel() for p in model.parameters()),
         samples_per_step=cells.samples_per_step(model),  # per-step recurrent BN: what each step's saw
+        test_acc=None,
     )
-    if fitted.status == "completed":
-        results["test_loss"], results["test_acc"] = evaluate(
-            model, batches(splits.test_x, splits.test_y, cfg.eval_batch_size))
-        results.update(studies.for_config(cfg).evaluations(model, splits, cfg))
-    else:
-        results["test_acc"] = None
+
+
+def test_results(model: torch.nn.Module, splits: data.Splits, cfg: Config) -> dict[str, Any]:
+    """A trained model's test loss and accuracies (the study's suite included). For a pack, every value
+    is a list with one entry per member."""
+    out: dict[str, Any] = {}
+    out["test_loss"], out["test_acc"] = evaluate(model, batches(splits.test_x, splits.test_y, cfg.eval_batch_size))
+    out.update(studies.for_config(cfg).evaluations(model, splits, cfg))
+    return out
 
 
 def close_results(results: dict[str, Any], run_dir: Path, started: float, tracker) -> None:
@@ -158,7 +161,9 @@ def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list
             probe.attach(model, tracker, cfg.norm.track_every)
         fitted = fit(model, splits, replace(cfg, lr=results["lr_effective"]), tracker, device,  # records the base lr
                      checkpoint=run_dir / CHECKPOINT, resume=cfg.resume, batch_fn=studies.for_config(cfg).train_batches(cfg))
-        finish_results(results, fitted, model, splits, cfg)
+        record_fit(results, fitted, model)
+        if fitted.status == "completed":
+            results.update(test_results(model, splits, cfg))
     except BaseException as e:  # a crash, a user error or Ctrl-C: record it, keep what was written, re-raise
         results["status"], results["error"] = "failed", guards.describe(e)
         raise

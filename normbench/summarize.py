@@ -69,6 +69,8 @@ def find_runs(root: Path) -> list[Run]:
     dirs = {p.parent for p in root.rglob(RESULTS)} | {p.parent for p in root.rglob(".hydra") if p.is_dir()}
     runs = []
     for d in sorted(dirs):
+        if (d / "pack.json").exists() and not (d / RESULTS).exists():  # a pack: its members are the runs
+            continue
         if not (d / RESULTS).exists():
             runs.append(Run(d, "incomplete", note="no results.json (still running, or killed)",
                             overrides=_overrides(d)))

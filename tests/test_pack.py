@@ -217,3 +217,48 @@ def test_seed_and_pack_seeds_together_is_one_line_and_exit_2(tiny_root, tmp_path
     assert r.returncode == 2, r.stderr
     assert "seed=3 and pack.seeds both choose the seed" in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def _numbers(res: dict, prefix: str = "") -> dict[str, float]:
+    """Every number a run's results hold about its model (not timings), by dotted key."""
+    skip = {"wall_s", "train_samples_per_s", "throughput", "lr_effective", "torch_threads"}
+    out = {}
+    for k, v in res.items():
+        if k in skip or k in ("config", "versions", "packed", "history"):
+            continue
+        if isinstance(v, dict):
+            out.update(_numbers(v, f"{prefix}{k}."))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[prefix + k] = v
+    for e in res.get("history", []):
+        out.update({f"history.{e['epoch']}.{k}": v for k, v in e.items() if k != "train_samples_per_s"})
+    return out
+
+
+EVALUATED = {
+    "mlp-bn": ("mlp", "bn", {}),
+    "cnn-brn-ghost": ("cnn", "brn", {"norm_opts": {"ghost_batch": 2}, "optimizer": "sgd", "lr": 0.05}),
+    "rnn-varlen-naive-bn": ("rnn", "bn", {"norm_opts": {"masked": False}, "batch_size": 16,
+                                          "varlen": VarLenConfig(enabled=True, min_len=6, test_lengths=[6, 28, 36])}),
+    "rnn-varlen-recurrent-bn": ("rnn", "bn", {"model_opts": {"placement": "recurrent"}, "batch_size": 16,
+                                              "varlen": VarLenConfig(enabled=True, min_len=6, test_lengths=[6, 36])}),
+}
+
+
+@pytest.mark.parametrize("name", list(EVALUATED))
+def test_packed_results_json_equals_separate_runs(name, tiny_root, tmp_path):
+    """Reference: runner.run of each member alone. The pack evaluates all members at once (test set, batch
+    statistics, PreciseBN on each member's own batches, the variable-length suite); every number in each
+    member's results.json must match its run's: accuracies exactly, losses to 1e-8."""
+    model, norm, kw = EVALUATED[name]
+    cfg = config(tiny_root, model, norm, pack=PackConfig(seeds=[0, 1]), **kw)
+    cfg.max_steps, cfg.epochs, cfg.log_every = None, 2, 10
+    cfg.data.subset = 160
+    with torch_dtype(torch.float64):
+        runner.run(cfg, tmp_path / "pack")
+        for seed in (0, 1):
+            want = _numbers(runner.run(replace(cfg, seed=seed, pack=PackConfig()), tmp_path / f"seed{seed}"))
+            have = _numbers(json.loads((tmp_path / f"pack/seed={seed}/results.json").read_text()))
+            assert have.keys() == want.keys() and "test_acc_precise_bn" in want
+            for key in want:
+                assert have[key] == pytest.approx(want[key], rel=0, abs=TOL), key

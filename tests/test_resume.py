@@ -92,6 +92,36 @@ def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(tiny_root, tmp_path)
     assert metrics(a) == metrics(b)
 
 
+def test_packed_run_killed_mid_epoch_resumes_every_member_bit_identically(tiny_root, tmp_path):
+    """The test above, packed: 3 members (pack.seeds) killed after two checkpoints and resumed must end
+    as the unbroken pack ends, every member's metrics bit-identical."""
+    pack = {"pack.seeds": "[0,1,2]"}
+    unbroken, broken = tmp_path / "unbroken", tmp_path / "broken"
+    r = normbench_cli("train", *cli_args(tiny_root, unbroken, **pack), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+
+    proc = start(cli_args(tiny_root, broken, **pack), tmp_path)
+    epoch_s = wait_for_epochs(proc, broken / guards.CHECKPOINT, 2)
+    time.sleep(epoch_s / 2)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    for seed in (0, 1, 2):
+        left = json.loads((broken / f"seed={seed}/results.json").read_text())
+        assert left["status"] == "failed" and left["error"].startswith("unfinished")
+    killed_after = torch.load(broken / guards.CHECKPOINT, weights_only=True)["fit"][0]["epochs_done"]
+    assert 2 <= killed_after < 6
+
+    r = normbench_cli("train", *cli_args(tiny_root, broken, resume="true", **pack), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for seed in (0, 1, 2):
+        a = json.loads((unbroken / f"seed={seed}/results.json").read_text())
+        b = json.loads((broken / f"seed={seed}/results.json").read_text())
+        assert metrics(a) == metrics(b), seed
+    accs = {json.loads((unbroken / f"seed={s}/results.json").read_text())["test_loss"] for s in (0, 1, 2)}
+    assert len(accs) == 3  # three members, not one trained three times
+
+
 @pytest.mark.parametrize("sig,code,name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
 def test_interrupt_stops_cleanly(sig, code, name, tiny_root, tmp_path):
     """Reference: docs/reliability.md -- Ctrl-C (and a cluster's SIGTERM) save what is done: one line, no traceback,

@@ -6,7 +6,7 @@ It is `engine.fit` with a member axis: every member draws its batches from its o
 its own seed, as its separate run's), the loss is the sum of the members' mean losses (so each member's
 gradient is its own), and one optimizer step updates every member. A member whose loss turns non-finite
 is recorded as diverged at its own step; its parameters are its own slices, so the others train on.
-Validation, after every epoch, unpacks the members and scores each with `engine.evaluate`.
+Validation, after every epoch, scores every member at once (`engine.evaluate` on the pack).
 """
 
 from __future__ import annotations
@@ -39,6 +39,20 @@ def stack_batches(parts: list[tuple]) -> tuple[torch.Tensor, torch.Tensor, torch
         xs = [F.pad(x, (0, 0, 0, longest - x.shape[2])) for x in xs]
     lengths = None if ls[0] is None else torch.stack(ls)
     return torch.stack(xs), torch.stack(ys), lengths, (steps if len(set(steps)) > 1 else None)
+
+
+def member_batches(packed: PackedModel, batch_fn, x: torch.Tensor, y: torch.Tensor, batch_size: int,
+                   generators: list[torch.Generator], **kw):
+    """Every member's own batches (`batch_fn` with its own generator), stacked: (x (S, N, ...), y (S, N),
+    lengths). While a batch is out, the pack knows each member's padded length (for norms that count it)."""
+    streams = [batch_fn(x, y, batch_size, shuffle=True, generator=g, drop_last=True, **kw) for g in generators]
+    try:
+        for parts in zip(*streams):
+            xs, ys, lengths, padded = stack_batches(parts)
+            packed.net.steps = padded
+            yield xs, ys, lengths
+    finally:
+        packed.net.steps = None
 
 
 class _Window:
@@ -96,12 +110,8 @@ def fit_packed(packed: PackedModel, members: list[nn.Module], splits: Splits, cf
             break
         packed.train()
         window, epoch_start = _Window(), time.perf_counter()
-        streams = [batch_fn(splits.train_x, splits.train_y, cfg.batch_size, shuffle=True, generator=g,
-                            drop_last=True) for g in shuffles]
-        for parts in zip(*streams):
-            x, y, lengths, padded = stack_batches(parts)
-            if hasattr(packed.net, "steps"):
-                packed.net.steps = padded
+        for x, y, lengths in member_batches(packed, batch_fn, splits.train_x, splits.train_y, cfg.batch_size,
+                                            shuffles):
             lrs = [lr_at(steps) for lr_at in schedules]
             if isinstance(opt, MemberLR):
                 opt.set_lrs(lrs)
@@ -135,9 +145,9 @@ def fit_packed(packed: PackedModel, members: list[nn.Module], splits: Splits, cf
         if not live:
             break
 
-        unpack(packed, members)
+        val_losses, val_accs = evaluate(packed, batches(splits.val_x, splits.val_y, cfg.eval_batch_size))
         for k in live:
-            val_loss, val_acc = evaluate(members[k], batches(splits.val_x, splits.val_y, cfg.eval_batch_size))
+            val_loss, val_acc = val_losses[k], val_accs[k]
             out = outs[k]
             out.epochs_done = epoch + 1
             metrics = {"step": steps, "loss/val": val_loss, "acc/val": val_acc,

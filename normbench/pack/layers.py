@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normbench import cells
+from normbench.norms import ghost
 from normbench.norms.batch import BatchNorm
 from normbench.norms.common import TokenWise
 
@@ -83,6 +84,35 @@ class Elementwise(nn.Module):
         return self.module(x)
 
 
+class _BatchedLinear(torch.autograd.Function):
+    """y[s] = x[s] W[s]^T + b[s] for (S, N, in) x, (S, out, in) W, (S, 1, out) b, with a backward that gives
+    torch's bmm contiguous operands: autograd's own (the gradient of W as bmm(x^T, g) on a transposed
+    view) ran 4x slower on the CPU at batch 2, and W stored transposed made autograd copy its gradient."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(x, w)
+        ctx.has_bias = b is not None
+        wt = w.transpose(1, 2)
+        return torch.bmm(x, wt) if b is None else torch.baddbmm(b, x, wt)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        x, w = ctx.saved_tensors
+        g = g.contiguous()
+        gx = torch.bmm(g, w) if ctx.needs_input_grad[0] else None
+        gw = torch.bmm(g.transpose(1, 2).contiguous(), x) if ctx.needs_input_grad[1] else None
+        gb = g.sum(1, keepdim=True) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return gx, gw, gb
+
+
+def batched_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """(S, ..., in) -> (S, ..., out) with each member's own weight (S, out, in) and bias (S, 1, out)."""
+    shape = x.shape
+    y = _BatchedLinear.apply(x.reshape(shape[0], -1, shape[-1]).contiguous(), w, b)  # strided: bmm slow paths
+    return y.view(*shape[:-1], -1)
+
+
 class PackedLinear(nn.Module):
     """S linears as one batched matmul: weight (S, out, in), bias (S, 1, out); "m" layout."""
 
@@ -94,11 +124,7 @@ class PackedLinear(nn.Module):
         self.bias = None if modules[0].bias is None else nn.Parameter(_stack([m.bias for m in modules])[:, None])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        x = x.reshape(shape[0], -1, shape[-1])
-        w = self.weight.transpose(1, 2)
-        y = torch.bmm(x, w) if self.bias is None else torch.baddbmm(self.bias, x, w)
-        return y.view(*shape[:-1], -1)
+        return batched_linear(x, self.weight, self.bias)
 
     def unpack(self, modules: list[nn.Linear]) -> None:
         for k, m in enumerate(modules):
@@ -150,6 +176,8 @@ class PackedBatchNorm(nn.Module):
     """S BatchNorms as one over S*C channels: torch's kernel, running statistics updated in place.
     "c" layout for images; flat (S, N, C) features are moved to (N, S*C) and back."""
 
+    stats_sink = None  # set by PreciseBN, as on BatchNorm
+
     def __init__(self, modules: list[BatchNorm]):
         super().__init__()
         m = modules[0]
@@ -165,10 +193,15 @@ class PackedBatchNorm(nn.Module):
         if flat:  # (S, N, C) -> (N, S*C)
             s, n, c = x.shape
             x = x.transpose(0, 1).reshape(n, s * c)
-        if self.training:
-            self.num_batches_tracked.add_(1)
-        y = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.training,
-                         self.momentum, self.eps)
+        if self.training and self.stats_sink is not None:  # PreciseBN: the batch statistics go to its estimator
+            mean, var = x.new_zeros(x.shape[1]), x.new_ones(x.shape[1])
+            y = F.batch_norm(x, mean, var, self.weight, self.bias, True, 1.0, self.eps)  # momentum 1: the batch's
+            ghost.absorb(self, mean[None], var[None], x.numel() // x.shape[1])
+        else:
+            if self.training:
+                self.num_batches_tracked.add_(1)
+            y = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.training,
+                             self.momentum, self.eps)
         return y.view(n, s, c).transpose(0, 1) if flat else y
 
     def unpack(self, modules: list[BatchNorm]) -> None:

@@ -52,7 +52,7 @@ class PackedRNNModel(nn.Module):
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         s, n, c, h, w = x.shape
         seq = x.permute(0, 1, 3, 2, 4).reshape(s, n, h, c * w)  # (S, N, T=H, C*W)
-        mask = None if lengths is None else length_mask(lengths.view(-1), h).view(s, n, h)
+        mask = None if lengths is None else length_mask(lengths.reshape(-1), h).view(s, n, h)
         for layer, norm in zip(self.layers, self.norms):
             seq = norm(layer(seq, mask), mask, self.steps)
         if lengths is None:
@@ -69,10 +69,14 @@ class PackedRNNModel(nn.Module):
 
 
 class PackedModel(nn.Module):
-    """What the packed training loop trains: `net` is the packed network, `members` the S models."""
+    """What the packed training loop trains: `net` is the packed network of the S member models.
+    `seeds`: the members' seeds, for evaluations that draw training batches per member (PreciseBN)."""
 
-    def __init__(self, members: list[nn.Module]):
+    batch_dim = 1  # inputs are (S, N, ...)
+
+    def __init__(self, members: list[nn.Module], seeds: list[int] | None = None):
         super().__init__()
+        self.seeds = seeds
         kind = type(members[0])
         if kind in (MLP, CNN):
             self.net = PackedSequential([m.net for m in members])
@@ -86,8 +90,8 @@ class PackedModel(nn.Module):
         return self.net(x, lengths)
 
 
-def pack_models(members: list[nn.Module]) -> PackedModel:
-    return PackedModel(members)
+def pack_models(members: list[nn.Module], seeds: list[int] | None = None) -> PackedModel:
+    return PackedModel(members, seeds)
 
 
 @torch.no_grad()

@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from normbench.pack.layers import batched_linear
+
 
 class _Recurrence(torch.autograd.Function):
     """(pre (T, S, N, H) = the input projections with both biases, w_hh (S, H, H)) -> h (T, S, N, H)."""
@@ -67,7 +69,7 @@ class PackedRNN(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         s, n, steps, size = x.shape
         bias = (self.bias_ih + self.bias_hh)[:, None]
-        pre = torch.baddbmm(bias, x.reshape(s, n * steps, size), self.weight_ih.transpose(1, 2))
+        pre = batched_linear(x.reshape(s, n * steps, size), self.weight_ih, bias)
         pre = pre.view(s, n, steps, -1).permute(2, 0, 1, 3).contiguous()  # time first: each step contiguous
         return _Recurrence.apply(pre, self.weight_hh).permute(1, 2, 0, 3)
 

@@ -13,7 +13,7 @@ outputs, the same files.
 
 from __future__ import annotations
 
-import logging
+import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -24,10 +24,10 @@ from normbench.config import Config, PackConfig, PackMode, to_dict
 from normbench.errors import UserError
 from normbench.pack.fit import fit_packed
 from normbench.pack.model import pack_models
-from normbench.results import write_results
+from normbench.results import atomic_write_text, write_results
 
-log = logging.getLogger(__name__)
 DEFAULT = Config()
+PACK = "pack.json"
 
 
 def validate_pack(cfg: Config) -> None:
@@ -64,6 +64,13 @@ def members(cfg: Config) -> list[tuple[str, Config]]:
     return out
 
 
+def member_values(values: Any, k: int) -> Any:
+    """Member k's entries of a pack's evaluation results (lists, one entry per member, in nested dicts)."""
+    if isinstance(values, dict):
+        return {key: member_values(v, k) for key, v in values.items()}
+    return values[k] if isinstance(values, list) else values
+
+
 def packs_faster(cfg: Config) -> bool:
     """Where `normbench bench`'s packed section measured packing at least as fast as separate runs."""
     return True
@@ -86,6 +93,9 @@ def run_pack(cfg: Config, run_dir: Path, hparam_domains: dict[str, list] | None 
     if mode == PackMode.auto:
         mode = PackMode.packed if packs_faster(cfg) else PackMode.sequential
     where = {"dir": str(run_dir), "members": len(pack), "mode": str(mode)}
+    guards.check_writable(run_dir)
+    # The pack's own record: its members and its config (summarize lists the members, not this directory)
+    atomic_write_text(run_dir / PACK, json.dumps({**where, "names": names, "config": to_dict(cfg)}, indent=2) + "\n")
     if mode == PackMode.sequential:
         results = []
         for k, (name, member) in enumerate(pack):
@@ -97,7 +107,7 @@ def run_pack(cfg: Config, run_dir: Path, hparam_domains: dict[str, list] | None 
 
     started = time.perf_counter()
     dirs = [run_dir / n for n in names]
-    for d in [run_dir, *dirs]:
+    for d in dirs:
         guards.check_writable(d)
     if cfg.resume:
         finished = [guards.finished_results(d, to_dict(m)) for d, (_, m) in zip(dirs, pack)]
@@ -112,7 +122,7 @@ def run_pack(cfg: Config, run_dir: Path, hparam_domains: dict[str, list] | None 
         device, make = runner.setup(pack[0][1])
         splits = data.load(cfg.data, device)
         models = [runner.build_model(m, make, splits, device, res) for (_, m), res in zip(pack, results)]
-        packed = pack_models(models).to(device)
+        packed = pack_models(models, seeds=[m.seed for _, m in pack]).to(device)
         title = f"{cfg.model.name}/{cfg.norm.name} bs={cfg.batch_size} · {len(pack)} packed, showing {names[0]}"
         trackers = [runner.make_trackers(replace(m, progress=m.progress and k == 0), d, to_dict(m), hparam_domains,
                                          title=title) for k, ((_, m), d) in enumerate(zip(pack, dirs))]
@@ -120,8 +130,13 @@ def run_pack(cfg: Config, run_dir: Path, hparam_domains: dict[str, list] | None 
         fitted = fit_packed(packed, models, splits, train_cfgs, trackers, device,
                             checkpoint=run_dir / guards.CHECKPOINT, resume=cfg.resume,
                             batch_fn=studies.for_config(cfg).train_batches(cfg))
-        for res, fit, model, (_, m) in zip(results, fitted, models, pack):
-            runner.finish_results(res, fit, model, splits, m)
+        for res, fit, model in zip(results, fitted, models):
+            runner.record_fit(res, fit, model)
+        if any(f.status == "completed" for f in fitted):  # every member's test suite at once
+            tested = runner.test_results(packed, splits, cfg)
+            for k, (res, fit) in enumerate(zip(results, fitted)):
+                if fit.status == "completed":
+                    res.update(member_values(tested, k))
     except BaseException as e:  # members not yet finished record why; what was written stays
         for res in results:
             if "error" in res:

@@ -42,6 +42,21 @@ def train_batches(cfg: Config):
     return augment.augmented(data.batches, cfg.data)
 
 
+def _precise_batches(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn):
+    """PreciseBN's training batches, drawn as the run's own seed draws them; a pack's members each their own."""
+    def generator(seed: int) -> torch.Generator:
+        return torch.Generator(device=splits.train_x.device).manual_seed(seed)
+
+    seeds = getattr(model, "seeds", None)
+    if seeds is not None:
+        from normbench.pack.fit import member_batches
+
+        return member_batches(model, batch_fn, splits.train_x, splits.train_y, cfg.batch_size,
+                              [generator(s) for s in seeds])
+    return batch_fn(splits.train_x, splits.train_y, cfg.batch_size, shuffle=True, generator=generator(cfg.seed),
+                    drop_last=True)
+
+
 def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn=data.batches) -> dict[str, Any]:
     """The suite above. Batch statistics are taken at the training batch size (what the norm saw in
     training), on the test set cut to a multiple of it; `batch_fn` makes the training batches that
@@ -58,8 +73,7 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn=dat
     out["test_acc_precise_bn"] = None
     if precise_bn.has_running_stats(model):
         trained = copy.deepcopy(model.state_dict())  # the reported model keeps its running statistics
-        gen = torch.Generator(device=splits.train_x.device).manual_seed(cfg.seed)
-        batches = batch_fn(splits.train_x, splits.train_y, bs, shuffle=True, generator=gen, drop_last=True)
+        batches = _precise_batches(model, splits, cfg, batch_fn)
         try:
             precise_bn.recompute_statistics(model, batches, PRECISE_SAMPLES)
             out["test_acc_precise_bn"] = evaluate(model, data.batches(x, y, cfg.eval_batch_size))[1]
