@@ -251,14 +251,33 @@ def test_packed_results_json_equals_separate_runs(name, tiny_root, tmp_path):
     statistics, PreciseBN on each member's own batches, the variable-length suite); every number in each
     member's results.json must match its run's: accuracies exactly, losses to 1e-8."""
     model, norm, kw = EVALUATED[name]
-    cfg = config(tiny_root, model, norm, pack=PackConfig(seeds=[0, 1]), **kw)
+    cfg = config(tiny_root, model, norm, pack=PackConfig(seeds=[0, 1], mode="packed"), **kw)
     cfg.max_steps, cfg.epochs, cfg.log_every = None, 2, 10
     cfg.data.subset = 160
     with torch_dtype(torch.float64):
         runner.run(cfg, tmp_path / "pack")
         for seed in (0, 1):
             want = _numbers(runner.run(replace(cfg, seed=seed, pack=PackConfig()), tmp_path / f"seed{seed}"))
-            have = _numbers(json.loads((tmp_path / f"pack/seed={seed}/results.json").read_text()))
+            got = json.loads((tmp_path / f"pack/seed={seed}/results.json").read_text())
+            assert got["packed"]["mode"] == "packed"
+            have = _numbers(got)
             assert have.keys() == want.keys() and "test_acc_precise_bn" in want
             for key in want:
                 assert have[key] == pytest.approx(want[key], rel=0, abs=TOL), key
+
+
+def test_where_packing_loses_the_members_run_one_after_another(tiny_root, tmp_path):
+    """Reference: the bench's crossover (pack.runner.PACK_LIMITS): a CNN at batch 64 is not packed under
+    pack.mode=auto, and its members are written exactly as a pack's are."""
+    from normbench.pack.runner import packs_faster
+
+    cfg = config(tiny_root, "cnn", "gn", pack=PackConfig(seeds=[0, 1]), batch_size=64)
+    cfg.max_steps = 3
+    assert not packs_faster(cfg) and packs_faster(replace(cfg, batch_size=4))
+    assert not packs_faster(replace(cfg, batch_size=4, pack=PackConfig(seeds=[0])))  # one member: nothing to pack
+    summary = runner.run(cfg, tmp_path)
+    assert [m["name"] for m in summary["members"]] == ["seed=0", "seed=1"]
+    for seed in (0, 1):
+        res = json.loads((tmp_path / f"seed={seed}/results.json").read_text())
+        assert res["packed"]["mode"] == "sequential" and res["config"]["seed"] == seed and res["status"] == "completed"
+    assert json.loads((tmp_path / "pack.json").read_text())["names"] == ["seed=0", "seed=1"]

@@ -95,7 +95,7 @@ def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(tiny_root, tmp_path)
 def test_packed_run_killed_mid_epoch_resumes_every_member_bit_identically(tiny_root, tmp_path):
     """The test above, packed: 3 members (pack.seeds) killed after two checkpoints and resumed must end
     as the unbroken pack ends, every member's metrics bit-identical."""
-    pack = {"pack.seeds": "[0,1,2]"}
+    pack = {"pack.seeds": "[0,1,2]", "pack.mode": "packed"}
     unbroken, broken = tmp_path / "unbroken", tmp_path / "broken"
     r = normbench_cli("train", *cli_args(tiny_root, unbroken, **pack), cwd=tmp_path)
     assert r.returncode == 0, r.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
@@ -47,12 +48,36 @@ def names() -> list[str]:
     return list(_REGISTRY)
 
 
+_CACHE: dict[tuple, Splits] = {}  # the last splits loaded in this process (a sweep's runs share them)
+
+
+def _fingerprint(root: str) -> tuple:
+    """The files under `root` (path, size, mtime): a dataset rewritten on disk is read again."""
+    found = []
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            st = os.stat(os.path.join(dirpath, f))
+            found.append((dirpath, f, st.st_size, st.st_mtime_ns))
+    return tuple(sorted(found))
+
+
 def load(cfg: DataConfig, device: torch.device, seed: int = 0) -> Splits:
     """Read dataset `cfg.name`, split validation off the training set, normalize, move to `device`.
 
     The validation split depends on `seed` only through a fixed generator, so runs that differ only in
-    norm or batch size see the same split. Mean/std come from the training split alone.
+    norm or batch size see the same split. Mean/std come from the training split alone. The splits of
+    the last call are kept: the runs of a sweep in one process (Hydra's basic launcher) decode and
+    normalize the files once. They are never written to (batches are copies), so sharing is safe.
     """
+    key = (repr(replace(cfg, root=data_root(cfg), download=False)), str(device), seed, torch.get_default_dtype(),
+           _fingerprint(data_root(cfg)))
+    if key not in _CACHE:
+        _CACHE.clear()
+        _CACHE[key] = _load(cfg, device, seed)
+    return _CACHE[key]
+
+
+def _load(cfg: DataConfig, device: torch.device, seed: int) -> Splits:
     if cfg.name not in _REGISTRY:
         raise UserError(f"unknown dataset {cfg.name!r}", f"choose one of: {', '.join(names())}")
     cfg = replace(cfg, root=data_root(cfg))  # the loaders see a real path, never null

@@ -71,9 +71,18 @@ def member_values(values: Any, k: int) -> Any:
     return values[k] if isinstance(values, list) else values
 
 
+# Where `normbench bench --sections packed` measured packing faster than separate runs (docs/bench.md;
+# MLP+BN, CNN+GN, RNN+LN on one CPU thread): model -> (largest batch, largest batch x members). Past these
+# the work per step is large enough that one grouped convolution, or S members' hidden states in one
+# recurrence, run slower than S separate kernels.
+PACK_LIMITS: dict[str, tuple[int, int | None]] = {"mlp": (64, None), "cnn": (8, 40), "rnn": (8, None)}
+
+
 def packs_faster(cfg: Config) -> bool:
-    """Where `normbench bench`'s packed section measured packing at least as fast as separate runs."""
-    return True
+    """Does `pack.mode=auto` pack this configuration (else its members run one after another)?"""
+    size = len(cfg.pack.seeds or [cfg.seed]) * len(cfg.pack.lrs or [cfg.lr])
+    max_batch, max_samples = PACK_LIMITS.get(cfg.model.name, (0, None))
+    return size > 1 and cfg.batch_size <= max_batch and (max_samples is None or cfg.batch_size * size <= max_samples)
 
 
 def _summary(names: list[str], results: list[dict]) -> dict[str, Any]:
