@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -81,6 +82,16 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], batch_stats: bool = Fal
     the model comes back unchanged either way. A packed model (normbench.pack) scores every member on
     the same batches, or on each member's own ((S, N, ...) batches), and returns a list per member."""
     members = getattr(model, "size", None)
+    if members is not None:
+        batches = iter(batches)
+        first = next(batches, None)
+        if first is None:
+            return ([float("nan")] * members,) * 2
+        batches = itertools.chain([first], batches)
+        if not model.packs(len(first[1])):  # large batches: each member alone is faster (docs/packing.md)
+            batches = list(batches)
+            scores = [evaluate(m, batches, batch_stats) for m in model.unpacked()]
+            return [s[0] for s in scores], [s[1] for s in scores]
     loss = hits = None
     n = 0
     with batch_statistics(model) if batch_stats else _eval_mode(model):

@@ -13,7 +13,9 @@
 #   1. the engine tests, the CUDA one included (AMP + compile + cudnn.benchmark on a small CNN);
 #   2. time to 92% test accuracy, default CNN with BN, batch 64: fp32, bf16 autocast, bf16 + compile;
 #   3. `normbench bench` on the GPU: runner vs hand-written loop, norms, recurrent cells;
-#   4. the small-batch study's wall time: one seed, batch sizes 8..128, 1 epoch, unless FULL=1.
+#   4. `normbench bench --sections packed` on the GPU: S = 1, 5, 16 packed members vs S separate runs
+#      (the target: S=16 at batch 2 >= 10x the separate runs' throughput);
+#   5. the small-batch study's wall time: one seed, batch sizes 8..128, 1 epoch, unless FULL=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -49,11 +51,14 @@ done
 stage bench 240 $PY -m normbench bench --device cuda --sections loop,norms,cells --rounds 5 --seconds 0.1 \
   --data-root "$ROOT" --out "$OUT/bench"
 
+stage bench_packed 300 $PY -m normbench bench --device cuda --sections packed --rounds 5 --seconds 0.1 \
+  --data-root "$ROOT" --out "$OUT/bench_packed"
+
 if [ -f normbench/configs/experiment/small_batch.yaml ]; then
   if [ "${FULL:-0}" = 1 ]; then
     study=(experiment=small_batch)
   else
-    study=(experiment=small_batch hydra.sweeper.params.seed=0 hydra.sweeper.params.batch_size=8,32,128 epochs=1)
+    study=(experiment=small_batch "pack.seeds=[0]" hydra.sweeper.params.batch_size=8,32,128 epochs=1)
   fi
   # One GPU, 16 CPU cores: 8 jobs at once share the GPU; the study's runs are small.
   stage small_batch 420 $PY -m normbench train -m "${study[@]}" device=cuda data.root="$ROOT" \

@@ -199,6 +199,11 @@ def test_packed_run_writes_each_member_as_a_run(tiny_root, tmp_path):
             assert list(d.glob("events.out.tfevents.*"))
     accs = {json.loads(p.read_text())["test_acc"] for p in tmp_path.glob("*/results.json")}
     assert len(accs) > 1  # four different runs, not one copied
+    from normbench.summarize import find_runs
+
+    runs = find_runs(tmp_path)  # the members, as separate runs; not the pack's own directory
+    assert sorted(r.path.name for r in runs) == sorted(d.name for d in tmp_path.glob("lr=*"))
+    assert {r.status for r in runs} == {"completed"}
 
 
 @pytest.mark.parametrize("pack,why", [
@@ -281,3 +286,29 @@ def test_where_packing_loses_the_members_run_one_after_another(tiny_root, tmp_pa
         res = json.loads((tmp_path / f"seed={seed}/results.json").read_text())
         assert res["packed"]["mode"] == "sequential" and res["config"]["seed"] == seed and res["status"] == "completed"
     assert json.loads((tmp_path / "pack.json").read_text())["names"] == ["seed=0", "seed=1"]
+
+
+@pytest.mark.parametrize("model,norm", [("mlp", "bn"), ("cnn", "brn"), ("rnn", "ln")])
+def test_a_pack_scores_every_member_as_the_member_alone(model, norm, tiny_root):
+    """Reference: engine.evaluate on each member model. A pack evaluates all members in one pass, in eval
+    mode and with batch statistics, through the pack (small batches) or member by member (large ones)."""
+    from normbench.engine import evaluate
+    from normbench.pack.model import unpack
+
+    cfg = config(tiny_root, model, norm, pack=PackConfig(seeds=[0, 1, 2]))
+    with torch_dtype(torch.float64):
+        splits = data.load(cfg.data, torch.device("cpu"))
+        pack = pack_members(cfg)
+        device, make = runner.setup(pack[0][1])
+        models = [runner.build_model(m, make, splits, device, {}) for _, m in pack]
+        for _ in range(3):  # away from the initial statistics, members apart
+            for m in models:
+                m.train()(splits.train_x[:8])
+        for packs in (None, lambda batch: batch < 100):
+            packed_model = pack_models(models, packs=packs)
+            for bs, batch_stats in ((4, False), (4, True), (200, False), (200, True)):
+                got = evaluate(packed_model, data.batches(splits.test_x, splits.test_y, bs, drop_last=True), batch_stats)
+                unpack(packed_model, models)
+                for k, m in enumerate(models):
+                    want = evaluate(m, data.batches(splits.test_x, splits.test_y, bs, drop_last=True), batch_stats)
+                    assert got[0][k] == pytest.approx(want[0], abs=TOL) and got[1][k] == want[1], (bs, batch_stats, k)

@@ -6,7 +6,8 @@ AdamW over the stacked parameters); both on their own batches, as real runs draw
 separate time / packed time, the median over interleaved rounds with its range. The MLP's memory-traffic
 bound: a step touches each parameter ~10 times (forward and backward reads, the gradient write, AdamW's
 reads of p, g, m, v and writes of p, m, v), so S members need at least 10 x 4 x params x S bytes over the
-machine's copy bandwidth (measured here), however well they are packed.
+machine's copy bandwidth (measured here), however well they are packed. A second baseline, S times one
+run's step (S=1), is runs trained one after another, as a sweep trains them.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def copy_bandwidth(device) -> float:
 def run(args, device: torch.device):
     rounds = args.rounds
     batches = (2, 64) if args.quick else BATCH_SIZES
-    sizes = (1, 5) if args.quick else MEMBERS
+    sizes = (1, 5) if args.quick else MEMBERS  # S=1 first: the one-run-at-a-time column uses it
     bandwidth = copy_bandwidth(device)
     rows, table = [], []
     for model, norm in CASES:
@@ -106,16 +107,24 @@ def run(args, device: torch.device):
                 got = interleave(timed, rounds)
                 speedup = paired_ratio(got["separate"], got["packed"])
                 bound = TOUCHES * 4 * params * size / bandwidth
+                if size == 1:
+                    single = min(got["separate"])
+                # One run at a time (a sweep's runs, each keeping its own state in cache): S x the S=1 step
+                sequential = size * single / min(got["packed"])
                 rows.append({"model": model, "norm": norm, "batch_size": batch, "members": size,
                              "separate_ms": 1e3 * min(got["separate"]), "packed_ms": 1e3 * min(got["packed"]),
-                             "speedup": speedup, "traffic_bound_ms": 1e3 * bound, "params": params})
+                             "speedup": speedup, "speedup_vs_one_at_a_time": sequential,
+                             "traffic_bound_ms": 1e3 * bound, "params": params})
                 table.append([f"{model}+{norm}", batch, size, f"{1e3 * min(got['separate']):.2f}",
-                              f"{1e3 * min(got['packed']):.2f}", fmt_ratio(speedup),
+                              f"{1e3 * min(got['packed']):.2f}", fmt_ratio(speedup), f"{sequential:.2f}",
                               f"{1e3 * bound:.2f}" if model == "mlp" else "-"])
                 print(f"  packed {model}+{norm} b={batch} S={size}: {fmt_ratio(speedup)}x", flush=True)
     text = ("### packed: S members in one step vs S separate steps\n\n"
             f"Copy bandwidth {bandwidth / 1e9:.1f} GB/s (64 MB, read + write). Times are per step of all S "
             "members (fastest round); speedup = separate / packed (median, range). The MLP's bound: "
-            f"{TOUCHES} touches x 4 bytes x parameters x S at that bandwidth.\n\n"
-            + markdown_table(["model", "batch", "S", "separate ms", "packed ms", "speedup", "traffic bound ms"], table))
+            f"{TOUCHES} touches x 4 bytes x parameters x S at that bandwidth. `vs one at a time`: S x the "
+            "S=1 separate step / packed, the baseline of runs trained one after another (each keeps its "
+            "own state in cache, where S models stepped in turn evict each other's).\n\n"
+            + markdown_table(["model", "batch", "S", "separate ms", "packed ms", "speedup", "vs one at a time",
+                              "traffic bound ms"], table))
     return rows, text

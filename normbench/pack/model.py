@@ -11,6 +11,8 @@ members' own modules, so unpacking leaves nothing to copy for them.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 
@@ -74,9 +76,12 @@ class PackedModel(nn.Module):
 
     batch_dim = 1  # inputs are (S, N, ...)
 
-    def __init__(self, members: list[nn.Module], seeds: list[int] | None = None):
+    def __init__(self, members: list[nn.Module], seeds: list[int] | None = None,
+                 packs: Callable[[int], bool] | None = None):
         super().__init__()
         self.seeds = seeds
+        self._members = tuple(members)  # not submodules: the pack's parameters are their stacked copies
+        self._packs = packs
         kind = type(members[0])
         if kind in (MLP, CNN):
             self.net = PackedSequential([m.net for m in members])
@@ -89,9 +94,20 @@ class PackedModel(nn.Module):
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         return self.net(x, lengths)
 
+    def packs(self, batch_size: int) -> bool:
+        """Is a batch of this size faster through the pack than through each member alone?"""
+        return True if self._packs is None else self._packs(batch_size)
 
-def pack_models(members: list[nn.Module], seeds: list[int] | None = None) -> PackedModel:
-    return PackedModel(members, seeds)
+    def unpacked(self) -> tuple[nn.Module, ...]:
+        """The member models, holding the pack's current state (for evaluating them one by one)."""
+        unpack(self, list(self._members))
+        return self._members
+
+
+def pack_models(members: list[nn.Module], seeds: list[int] | None = None,
+                packs: Callable[[int], bool] | None = None) -> PackedModel:
+    """`packs(batch_size)`: where evaluation should go through the pack (default: always)."""
+    return PackedModel(members, seeds, packs)
 
 
 @torch.no_grad()

@@ -131,7 +131,8 @@ def run_pack(cfg: Config, run_dir: Path, hparam_domains: dict[str, list] | None 
         device, make = runner.setup(pack[0][1])
         splits = data.load(cfg.data, device)
         models = [runner.build_model(m, make, splits, device, res) for (_, m), res in zip(pack, results)]
-        packed = pack_models(models, seeds=[m.seed for _, m in pack]).to(device)
+        packed = pack_models(models, seeds=[m.seed for _, m in pack],
+                             packs=lambda batch: packs_faster(replace(cfg, batch_size=batch))).to(device)
         title = f"{cfg.model.name}/{cfg.norm.name} bs={cfg.batch_size} · {len(pack)} packed, showing {names[0]}"
         trackers = [runner.make_trackers(replace(m, progress=m.progress and k == 0), d, to_dict(m), hparam_domains,
                                          title=title) for k, ((_, m), d) in enumerate(zip(pack, dirs))]
