@@ -65,6 +65,46 @@ def batch_statistics(model: nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
+def _statistics_modules(model: nn.Module) -> tuple[list[nn.Module], bool]:
+    """(the modules whose batch statistics can be split into groups, whether every batch-dependent one can)."""
+    from normbench.norms.registry import TAG
+
+    modules = [m for m in model.modules()]
+    for member in getattr(model, "_members", ()):  # a pack's member models, evaluated one by one
+        modules += list(member.modules())
+    def splits(m: nn.Module) -> bool:
+        return hasattr(m, "ghost_batch") and getattr(m, "splits_statistics", True)
+
+    dependent = [m for m in modules if torch.is_tensor(getattr(m, "running_mean", None))
+                 or (hasattr(m, TAG) and m.__dict__[TAG][1] != "layer" and norms.get(m.__dict__[TAG][0]).batch_dependent)]
+    return [m for m in modules if splits(m)], all(splits(m) for m in dependent)
+
+
+def can_split_statistics(model: nn.Module) -> bool:
+    """Can every batch-dependent norm of `model` normalize groups of a batch on their own (ghost batches)?"""
+    return _statistics_modules(model)[1]
+
+
+@contextlib.contextmanager
+def split_statistics(model: nn.Module, samples: int) -> Iterator[None]:
+    """Every batch-dependent norm normalizes each group of `samples` consecutive samples by their own
+    statistics (a ghost batch; a norm with a smaller ghost batch keeps it), so one pass over large batches
+    computes what passes over batches of `samples` compute, in a few kernel calls instead of thousands.
+    Only where `can_split_statistics(model)`."""
+    modules, ok = _statistics_modules(model)
+    if not ok:
+        raise ValueError("a batch-dependent norm of this model cannot split its statistics")
+    saved = [(m, m.ghost_batch) for m in modules]
+    for m in modules:
+        if m.ghost_batch is None:
+            m.ghost_batch = samples
+    try:
+        yield
+    finally:
+        for m, k in saved:
+            m.ghost_batch = k
+
+
 @contextlib.contextmanager
 def _eval_mode(model: nn.Module) -> Iterator[None]:
     was_training = model.training
@@ -76,11 +116,14 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, batches: Iterable[Batch], batch_stats: bool = False) -> tuple[float, float]:
+def evaluate(model: nn.Module, batches: Iterable[Batch], batch_stats: bool = False,
+             stats_per: int | None = None) -> tuple[float, float]:
     """Mean cross-entropy and accuracy over (x, y, lengths) batches, in eval mode (running statistics),
     or with `batch_stats=True` normalizing each batch by its own statistics (the train/eval discrepancy);
-    the model comes back unchanged either way. A packed model (normbench.pack) scores every member on
-    the same batches, or on each member's own ((S, N, ...) batches), and returns a list per member."""
+    the model comes back unchanged either way. With `stats_per=k` (and batch_stats) each group of k
+    samples of a batch is normalized on its own (`split_statistics`): batches of any multiple of k then
+    score as batches of k would. A packed model (normbench.pack) scores every member on the same
+    batches, or on each member's own ((S, N, ...) batches), and returns a list per member."""
     members = getattr(model, "size", None)
     if members is not None:
         batches = iter(batches)
@@ -90,11 +133,12 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], batch_stats: bool = Fal
         batches = itertools.chain([first], batches)
         if not model.packs(len(first[1])):  # large batches: each member alone is faster (docs/packing.md)
             batches = list(batches)
-            scores = [evaluate(m, batches, batch_stats) for m in model.unpacked()]
+            scores = [evaluate(m, batches, batch_stats, stats_per) for m in model.unpacked()]
             return [s[0] for s in scores], [s[1] for s in scores]
     loss = hits = None
     n = 0
-    with batch_statistics(model) if batch_stats else _eval_mode(model):
+    split = split_statistics(model, stats_per) if batch_stats and stats_per else contextlib.nullcontext()
+    with batch_statistics(model) if batch_stats else _eval_mode(model), split:
         for x, y, lengths in batches:
             if members is not None:
                 x, y, lengths = _for_members(members, x, y, lengths)

@@ -301,6 +301,8 @@ def test_a_pack_scores_every_member_as_the_member_alone(model, norm, tiny_root):
         pack = pack_members(cfg)
         device, make = runner.setup(pack[0][1])
         models = [runner.build_model(m, make, splits, device, {}) for _, m in pack]
+        for m in models:
+            norms.set_total_steps(m, 10)
         for _ in range(3):  # away from the initial statistics, members apart
             for m in models:
                 m.train()(splits.train_x[:8])

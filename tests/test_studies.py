@@ -113,3 +113,49 @@ def test_ghost_batch_run_records_its_values_and_the_statistics_suite(tiny_cfg, t
     assert ln["train_acc"] == ln["train_acc_train_mode"]  # no batch statistics: the two modes agree
     with pytest.raises(UserError, match="does not divide batch_size=16"):
         run(replace(tiny_cfg, norm=replace(tiny_cfg.norm, ghost_batch=3)), tmp_path / "bad")
+
+
+@pytest.mark.parametrize("model,norm,opts", [("mlp", "bn", {}), ("cnn", "in", {}), ("mlp", "sn", {}),
+                                             ("cnn", "bn", {"ghost_batch": 2}), ("rnn", "bn", {"recurrent": True}),
+                                             ("mlp", "ln", {})])
+def test_batch_statistics_over_large_batches_split_in_groups_equal_small_batches(model, norm, opts, tiny_cfg):
+    """Reference: engine.evaluate over batches of the training batch size (4). The evaluation suite instead
+    passes batches of 200 with each group of 4 normalized on its own (split_statistics): the same loss and
+    accuracy in float64, for every batch-dependent norm, ghost batches and per-step recurrent BN included;
+    and PreciseBN recomputed over large split batches gives the statistics it gives over small ones. Batch
+    Renorm cannot split (its output reads running statistics that each batch moves) and is left alone."""
+    import copy
+
+    from normbench import data, models, norms, precise_bn
+    from normbench.config import ModelConfig
+    from normbench.engine import can_split_statistics, evaluate, split_statistics
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        recurrent = opts.pop("recurrent", False)
+        mcfg = ModelConfig(name=model, hidden=16, **({"placement": "recurrent"} if recurrent else {}))
+        torch.manual_seed(0)
+        net = models.create(mcfg, norms.factory(norm, **opts), (1, 28, 28), 10)
+        norms.set_total_steps(net, 3)  # Batch Renorm's schedule done by the evaluations, as after a run
+        splits = data.load(tiny_cfg.data, torch.device("cpu"))
+        x, y = splits.test_x[:200], splits.test_y[:200]
+        for _ in range(3):  # running statistics away from their initial values
+            net.train()(splits.train_x[:8])
+        assert can_split_statistics(net)
+        torch.manual_seed(0)
+        brn = models.create(mcfg, norms.factory("brn"), (1, 28, 28), 10)
+        assert not can_split_statistics(brn)
+        small = evaluate(net, data.batches(x, y, 4), batch_stats=True)
+        large = evaluate(net, data.batches(x, y, 200), batch_stats=True, stats_per=4)
+        assert large[0] == pytest.approx(small[0], abs=1e-10) and large[1] == small[1]
+        if precise_bn.has_running_stats(net):
+            a, b = copy.deepcopy(net), copy.deepcopy(net)
+            precise_bn.recompute_statistics(a, data.batches(splits.train_x[:96], splits.train_y[:96], 4), 96)
+            with split_statistics(b, 4):
+                precise_bn.recompute_statistics(b, data.batches(splits.train_x[:96], splits.train_y[:96], 48), 96)
+            for (k, u), v in zip(a.state_dict().items(), b.state_dict().values()):
+                if u.is_floating_point():
+                    torch.testing.assert_close(u, v, rtol=0, atol=1e-10, msg=k)
+    finally:
+        torch.set_default_dtype(old)

@@ -44,6 +44,9 @@ class BatchRenorm(_BatchNorm):
     kernel "channel" per (group, channel)), so the only extra work is one no-grad pass for the statistics."""
 
     stats_sink = None  # set by PreciseBN: receives the batch statistics instead of the running buffers
+    # Its training-mode output reads the running statistics, which each batch moves: a pass over batches in
+    # turn is not one over their groups at once (engine.split_statistics leaves it alone)
+    splits_statistics = False
 
     def __init__(self, num_features: int, layout: str, *, eps: float, momentum: float, affine: bool,
                  masked: bool, ghost_batch: int | None, r_max: float, d_max: float, warmup: float,

@@ -177,6 +177,7 @@ class PackedBatchNorm(nn.Module):
     "c" layout for images; flat (S, N, C) features are moved to (N, S*C) and back."""
 
     stats_sink = None  # set by PreciseBN, as on BatchNorm
+    ghost_batch = None  # set by engine.split_statistics only: packs train ghost-batch BN per member
 
     def __init__(self, modules: list[BatchNorm]):
         super().__init__()
@@ -193,10 +194,16 @@ class PackedBatchNorm(nn.Module):
         if flat:  # (S, N, C) -> (N, S*C)
             s, n, c = x.shape
             x = x.transpose(0, 1).reshape(n, s * c)
-        if self.training and self.stats_sink is not None:  # PreciseBN: the batch statistics go to its estimator
-            mean, var = x.new_zeros(x.shape[1]), x.new_ones(x.shape[1])
-            y = F.batch_norm(x, mean, var, self.weight, self.bias, True, 1.0, self.eps)  # momentum 1: the batch's
-            ghost.absorb(self, mean[None], var[None], x.numel() // x.shape[1])
+        groups = ghost.num_groups(x.shape[0], self.ghost_batch, "BatchNorm") if self.training else 1
+        if self.training and (self.stats_sink is not None or groups > 1):
+            # Each group's statistics (momentum 1 into fresh buffers), to PreciseBN's estimator or the running ones
+            xg = ghost.to_groups(x, groups)
+            mean, var = x.new_zeros(xg.shape[1]), x.new_ones(xg.shape[1])
+            weight = None if self.weight is None else self.weight.repeat(groups)
+            bias = None if self.bias is None else self.bias.repeat(groups)
+            y = ghost.from_groups(F.batch_norm(xg, mean, var, weight, bias, True, 1.0, self.eps), groups)
+            self.num_batches_tracked.add_(groups)
+            ghost.absorb(self, mean.view(groups, -1), var.view(groups, -1), xg.numel() // xg.shape[1])
         else:
             if self.training:
                 self.num_batches_tracked.add_(1)
