@@ -44,13 +44,15 @@ def test_unknown_lr_scaling_is_a_user_error():
 
 def test_small_batch_experiment_composes():
     """Reference: docs/regimes.md's study: SGD with linear lr scaling, both the MLP and the CNN, batch sizes 2..128,
-    3 seeds, one torch thread per job, the local joblib launcher."""
+    5 seeds as one pack per configuration (docs/packing.md), one torch thread per job, the local joblib
+    launcher."""
     cfg = _compose(["experiment=small_batch"], hydra=True)
     assert cfg.lr_scaling == "linear" and cfg.optimizer == "sgd" and cfg.threads == 1
     params = cfg.hydra.sweeper.params
     assert params.model.split(",") == ["mlp", "cnn"]
     assert [int(b) for b in params.batch_size.split(",")] == [2, 4, 8, 16, 32, 64, 128]
-    assert len(params.seed.split(",")) >= 3 and {"bn", "gn", "ln"} <= set(params.norm.split(","))
+    assert "seed" not in params and list(cfg.pack.seeds) == [0, 1, 2, 3, 4]
+    assert {"bn", "gn", "ln"} <= set(params.norm.split(","))
     assert cfg.hydra.launcher._target_.endswith("JoblibLauncher") and cfg.hydra.launcher.n_jobs == 2
 
 

@@ -97,6 +97,8 @@ def run_pack(cfg: Config, run_dir: Path, hparam_domains: dict[str, list] | None 
     """Train every member of `cfg.pack`; write each member's results.json; return the pack's summary."""
     validate_pack(cfg)
     pack = members(cfg)
+    # The members differ in seed (and lr): TensorBoard's HParams shows those axes as a sweep's would
+    hparam_domains = {**(hparam_domains or {}), **{k: sorted({getattr(m, k) for _, m in pack}) for k in ("seed", "lr")}}
     names = [n for n, _ in pack]
     mode = cfg.pack.mode
     if mode == PackMode.auto:
