@@ -69,14 +69,14 @@ def _statistics_modules(model: nn.Module) -> tuple[list[nn.Module], bool]:
     """(the modules whose batch statistics can be split into groups, whether every batch-dependent one can)."""
     from normbench.norms.registry import TAG
 
-    modules = [m for m in model.modules()]
-    for member in getattr(model, "_members", ()):  # a pack's member models, evaluated one by one
+    modules = list(model.modules())
+    for member in getattr(model, "member_models", ()):  # a pack's member models, evaluated one by one
         modules += list(member.modules())
     def splits(m: nn.Module) -> bool:
         return hasattr(m, "ghost_batch") and getattr(m, "splits_statistics", True)
 
     dependent = [m for m in modules if torch.is_tensor(getattr(m, "running_mean", None))
-                 or (hasattr(m, TAG) and m.__dict__[TAG][1] != "layer" and norms.get(m.__dict__[TAG][0]).batch_dependent)]
+                 or (hasattr(m, TAG) and getattr(m, TAG)[1] != "layer" and norms.get(getattr(m, TAG)[0]).batch_dependent)]
     return [m for m in modules if splits(m)], all(splits(m) for m in dependent)
 
 
@@ -315,26 +315,38 @@ def accelerate(model: nn.Module, cfg: Config, device: torch.device):
     return forward, autocast
 
 
-def _save_checkpoint(path: Path, model, opt, shuffle: torch.Generator, out: FitResult) -> None:
+def save_checkpoint(path: Path, model, opt, generators: dict, fit) -> None:
+    """The full training state, atomically: model, optimizer, torch's RNGs, the loop's own generators'
+    states (`generators`, under rng) and what the loop has done (`fit`). No scheduler state: the learning
+    rate is a function of the step."""
     from normbench.results import atomic_write_bytes
 
-    # No scheduler state: the learning rate is a function of `out.steps`.
     state = {
         "model": model.state_dict(), "optimizer": opt.state_dict(),
-        "rng": {"torch": torch.get_rng_state(), "shuffle": shuffle.get_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-        "fit": {k: v for k, v in out.__dict__.items()},
+        "rng": {"torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [], **generators},
+        "fit": fit,
     }
     atomic_write_bytes(path, lambda f: torch.save(state, f))
 
 
-def _load_checkpoint(path: Path, model, opt, shuffle: torch.Generator) -> FitResult:
+def load_checkpoint(path: Path, model, opt) -> dict:
+    """Restore model, optimizer and torch's RNGs from `path`; the state, for the loop's generators and fit."""
     # weights_only=True: a checkpoint is data, never code to run.
     state = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["rng"]["torch"])
-    shuffle.set_state(state["rng"]["shuffle"])
     if state["rng"]["cuda"]:
         torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    return state
+
+
+def _save_checkpoint(path: Path, model, opt, shuffle: torch.Generator, out: FitResult) -> None:
+    save_checkpoint(path, model, opt, {"shuffle": shuffle.get_state()}, dict(out.__dict__))
+
+
+def _load_checkpoint(path: Path, model, opt, shuffle: torch.Generator) -> FitResult:
+    state = load_checkpoint(path, model, opt)
+    shuffle.set_state(state["rng"]["shuffle"])
     return FitResult(**state["fit"])

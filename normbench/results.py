@@ -21,6 +21,7 @@ from typing import Any, BinaryIO, Callable
 import normbench
 
 RESULTS = "results.json"
+PACK = "pack.json"  # in a pack's run directory: its members (each a run directory with a results.json)
 STATUSES = ("completed", "diverged", "failed")
 
 

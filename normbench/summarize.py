@@ -25,7 +25,7 @@ from typing import Any
 from normbench import stats
 from normbench.config import Config, ModelConfig, flatten, runtime_keys, to_dict
 from normbench.errors import UserError
-from normbench.results import RESULTS, atomic_write_text, read_results
+from normbench.results import PACK, RESULTS, atomic_write_text, read_results
 from normbench.tables import (
     METRICS,
     VARLEN,
@@ -69,7 +69,7 @@ def find_runs(root: Path) -> list[Run]:
     dirs = {p.parent for p in root.rglob(RESULTS)} | {p.parent for p in root.rglob(".hydra") if p.is_dir()}
     runs = []
     for d in sorted(dirs):
-        if (d / "pack.json").exists() and not (d / RESULTS).exists():  # a pack: its members are the runs
+        if (d / PACK).exists() and not (d / RESULTS).exists():  # a pack: its members are the runs
             continue
         if not (d / RESULTS).exists():
             runs.append(Run(d, "incomplete", note="no results.json (still running, or killed)",

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normbench import norms
+from normbench import engine, norms
 from normbench.config import Config
 from normbench.data import Splits, batches
 from normbench.engine import FitResult, accelerate, evaluate, plan_steps
@@ -55,28 +55,21 @@ def member_batches(packed: PackedModel, batch_fn, x: torch.Tensor, y: torch.Tens
         packed.net.steps = None
 
 
-class _Window:
-    """The steps since the last log, per member, on the device until read (the loop's one host sync)."""
+class _Window(engine._Window):
+    """engine's log window with a member axis: each step's per-member losses and hit counts."""
 
     def __init__(self):
-        self.losses, self.hits, self.seconds, self.started = [], [], 0.0, time.perf_counter()
+        super().__init__()
+        self.hits: list[torch.Tensor] = []
 
     def add(self, losses: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> None:
-        self.losses.append(losses.detach())
+        self.items.append(losses.detach())
         self.hits.append((logits.detach().argmax(-1) == y).sum(1))
-
-    def pause(self) -> None:
-        self.seconds += time.perf_counter() - self.started
-
-    def resume(self) -> None:
-        self.started = time.perf_counter()
 
     def read(self) -> tuple[list[list[float]], list[float], float]:
         """(losses per member per step, hits per member, seconds) and a fresh window; call it paused."""
-        losses = torch.stack(self.losses).double().T.tolist()
-        hits = torch.stack(self.hits).sum(0).tolist()
-        out = (losses, hits, self.seconds)
-        self.losses, self.hits, self.seconds = [], [], 0.0
+        out = (torch.stack(self.items).double().T.tolist(), torch.stack(self.hits).sum(0).tolist(), self.seconds)
+        self.items, self.hits, self.seconds = [], [], 0.0
         return out
 
 
@@ -127,13 +120,13 @@ def fit_packed(packed: PackedModel, members: list[nn.Module], splits: Splits, cf
             window.add(losses, logits, y)
             steps += 1
             last = steps >= total_steps
-            if len(window.losses) == cfg.log_every or last:
+            if len(window.items) == cfg.log_every or last:
                 _log(window, outs, trackers, steps, cfg.batch_size, lrs)
                 if all(o.status == "diverged" for o in outs):
                     break
             if last:
                 break
-        if window.losses:
+        if window.items:
             _log(window, outs, trackers, steps, cfg.batch_size, lrs)
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -182,24 +175,12 @@ def _log(window: _Window, outs: list[FitResult], trackers: list, steps: int, bat
 
 
 def _save_checkpoint(path: Path, packed, opt, shuffles: list[torch.Generator], outs: list[FitResult]) -> None:
-    from normbench.results import atomic_write_bytes
-
-    state = {
-        "model": packed.state_dict(), "optimizer": opt.state_dict(),
-        "rng": {"torch": torch.get_rng_state(), "shuffles": [g.get_state() for g in shuffles],
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-        "fit": [dict(o.__dict__) for o in outs],
-    }
-    atomic_write_bytes(path, lambda f: torch.save(state, f))
+    engine.save_checkpoint(path, packed, opt, {"shuffles": [g.get_state() for g in shuffles]},
+                           [dict(o.__dict__) for o in outs])
 
 
 def _load_checkpoint(path: Path, packed, opt, shuffles: list[torch.Generator]) -> list[FitResult]:
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    packed.load_state_dict(state["model"])
-    opt.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["rng"]["torch"])
+    state = engine.load_checkpoint(path, packed, opt)
     for g, s in zip(shuffles, state["rng"]["shuffles"]):
         g.set_state(s)
-    if state["rng"]["cuda"]:
-        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
     return [FitResult(**f) for f in state["fit"]]

@@ -256,8 +256,9 @@ class PackedLayerNorm(nn.Module):
         view = (x.shape[0],) + (1,) * (x.dim() - 2) + (x.shape[-1],)
         return torch.addcmul(self.bias.view(view), y, self.weight.view(view))
 
-    def unpack(self, modules: list[nn.LayerNorm]) -> None:
-        for k, m in enumerate(modules):
+    def unpack(self, modules: list[nn.Module]) -> None:
+        """Into the members' nn.LayerNorm, or the one a TokenWise wraps."""
+        for k, m in enumerate(getattr(m, "norm", m) for m in modules):
             if m.weight is not None:
                 m.weight.copy_(self.weight[k])
                 m.bias.copy_(self.bias[k])
@@ -321,5 +322,4 @@ def convert(modules: list[nn.Module]) -> nn.Module:
 def unpack_into(packed: nn.Module, modules: list[nn.Module]) -> None:
     """Copy a packed layer's state back into each member's module (a PerMember's are the members' own)."""
     if hasattr(packed, "unpack"):
-        packed.unpack(modules if not isinstance(packed, PackedLayerNorm) or not isinstance(modules[0], TokenWise)
-                      else [t.norm for t in modules])
+        packed.unpack(modules)

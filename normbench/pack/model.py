@@ -98,6 +98,11 @@ class PackedModel(nn.Module):
         """Is a batch of this size faster through the pack than through each member alone?"""
         return True if self._packs is None else self._packs(batch_size)
 
+    @property
+    def member_models(self) -> tuple[nn.Module, ...]:
+        """The member models (not submodules: the pack's parameters are their stacked copies)."""
+        return self._members
+
     def unpacked(self) -> tuple[nn.Module, ...]:
         """The member models, holding the pack's current state (for evaluating them one by one)."""
         unpack(self, list(self._members))

@@ -24,10 +24,9 @@ from normbench.config import Config, PackConfig, PackMode, to_dict
 from normbench.errors import UserError
 from normbench.pack.fit import fit_packed
 from normbench.pack.model import pack_models
-from normbench.results import atomic_write_text, write_results
+from normbench.results import PACK, atomic_write_text, write_results
 
 DEFAULT = Config()
-PACK = "pack.json"
 
 
 def validate_pack(cfg: Config) -> None:
