@@ -33,10 +33,15 @@ which has no shift, W_x keeps its bias.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
 from normbench.errors import UserError
+from normbench.norms.batch import BatchNorm
+from normbench.norms.renorm import BatchRenorm
+
+_RUNNING_AFFINE = (BatchNorm, BatchRenorm)  # eval mode: an affine map from running statistics alone
 
 CELLS = ("rnn", "lstm", "gru")
 GATES = {"rnn": 1, "lstm": 4, "gru": 3}
@@ -120,6 +125,8 @@ class StepNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, step: int) -> torch.Tensor:
         module = self.at(step)
+        if not self.training and not module.training and type(module) in _RUNNING_AFFINE:
+            return _running_affine(module, x, mask)
         if self.per_step and self.training:
             self.samples_per_step[step] += x.shape[0] if mask is None else mask.sum()
         if self.per_step and not self.training and module.training and step >= self.trained_steps:
@@ -193,6 +200,15 @@ def samples_per_step(model: nn.Module) -> list[int] | None:
         if isinstance(m, StepNorm) and m.per_step:
             return [int(v) for v in m.samples_per_step]
     return None
+
+
+def _running_affine(bn: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """A BatchNorm (or Batch Renorm) at test time on one step's (N, C) vectors: the affine map its running
+    statistics define, padded rows 0 when it is masked, as the layer's own sequence path computes (the
+    same kernel on the same rows), without that path's gather and scatter of the real rows: recurrent BN's
+    evaluation calls it twice per step (tests/test_cells.py checks the two paths equal)."""
+    y = F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0, bn.eps)
+    return y if mask is None or not bn.masked else torch.where(mask, y, y.new_zeros(()))
 
 
 class SteppedRecurrent(nn.Module):

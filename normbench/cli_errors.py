@@ -179,7 +179,8 @@ def check_added_keys(overrides: list[str]) -> None:
 def check_pack_overrides(overrides: list[str]) -> None:
     """`seed=...` with `pack.seeds=...` (or `lr=` with `pack.lrs=`) on one command line: the config alone
     cannot tell `seed=0` from the default, so the command line is read here."""
-    keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides
+            if o.split("=", 1)[1:] != ["null"]}  # pack.lrs=null lr=0.1: one lr, as a plain run
     for one, many in (("seed", "pack.seeds"), ("lr", "pack.lrs")):
         if one in keys and many in keys:
             value = next(o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == one)

@@ -114,6 +114,7 @@ class NormConfig:
     groups: Optional[int] = None  # channel groups (gn, evonorm)
     masked: Optional[bool] = None  # seq layout: statistics over real tokens only (false = naive, padding counted)
     ghost_batch: Optional[int] = None  # bn, brn, sn: statistics over groups of this many samples (null = whole batch)
+    positions: Optional[int] = None  # bn on images: statistics over this many random positions per image (null = all)
     r_max: Optional[float] = None  # brn: final bound on r = sigma_B / sigma (1 = plain BN)
     d_max: Optional[float] = None  # brn: final bound on d = (mu_B - mu) / sigma (0 = plain BN)
     renorm_warmup_frac: Optional[float] = None  # brn: fraction of the run's steps trained as plain BN first

@@ -126,6 +126,9 @@ def norm_values_per_channel(model: nn.Module, x: torch.Tensor) -> tuple[int | No
         channels = args[0].shape[-1] if layout == "seq" else args[0].shape[1]
         values = args[0].numel() // channels
         ghost = getattr(module, "ghost_batch", None)  # statistics over groups of K samples of the batch
+        positions = getattr(module, "positions", None)  # BN over k random positions per image
+        if positions is not None:
+            values = len(args[0]) * min(positions, values // len(args[0]))
         seen.append(values * ghost // len(args[0]) if ghost else values)
 
     hooks = []

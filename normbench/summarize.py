@@ -130,6 +130,8 @@ def measurements(run: Run) -> list[tuple[str, str, float]]:
                 ("test_acc_train_mode", "original", res.get("test_acc_train_mode")),  # the unresized test set
                 ("test_acc_train_mode", "mixed", res.get("test_acc_mixed_train_mode")),
                 ("test_acc_train_mode", pad, res.get("test_acc_heavy_pad_train_mode"))]
+        out += [("test_acc_precise_bn", length, acc)  # re-estimated on training images stretched to each length
+                for length, acc in (res.get("test_acc_by_length_precise_bn") or {}).items()]
     return [(m, a, float(v)) for m, a, v in out if isinstance(v, (int, float))]
 
 

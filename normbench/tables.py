@@ -19,7 +19,8 @@ from normbench import stats
 
 VARLEN = "variable_length"
 METRICS = {"test_acc": "test accuracy (running statistics)",
-           "test_acc_train_mode": "test accuracy with batch statistics (norms in train mode)"}
+           "test_acc_train_mode": "test accuracy with batch statistics (norms in train mode)",
+           "test_acc_precise_bn": "test accuracy with PreciseBN statistics"}
 MIN_N = 3  # cells with fewer seeds are marked: their interval is too wide to read, or undefined
 
 

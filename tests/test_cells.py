@@ -108,6 +108,25 @@ def test_recurrent_bn_matches_cooijmans_eq6_step_by_step(cell):
     torch.testing.assert_close(layer(long_seq), ref, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("norm,options", [("bn", {}), ("bn", {"masked": False}), ("brn", {})])
+@pytest.mark.parametrize("cell", ["rnn", "lstm"])
+def test_eval_shortcut_equals_each_steps_own_layer(cell, norm, options, monkeypatch):
+    """Reference: the per-step norm modules' own forward (their sequence path with the padding mask). At
+    test time StepNorm applies a BatchNorm's (or Batch Renorm's) running statistics directly; the outputs,
+    padded positions included, must be the same numbers (to rounding: the kernel vectorizes the gathered
+    rows differently), past the trained steps too."""
+    layer = _layer(cell, norm, **options)
+    for batch in range(2):
+        seq = torch.randn(4, 5, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(batch))
+        layer(seq, torch.arange(5) < torch.tensor([5, 3, 5, 2])[:, None])
+    layer.eval()
+    seq = torch.randn(4, 8, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+    mask = torch.arange(8) < torch.tensor([8, 3, 6, 1])[:, None]
+    fast = layer(seq, mask)
+    monkeypatch.setattr(cells, "_RUNNING_AFFINE", ())
+    torch.testing.assert_close(fast, layer(seq, mask), rtol=1e-13, atol=1e-13)
+
+
 @pytest.mark.parametrize("cell", ["rnn", "lstm"])
 def test_recurrent_bn_parameters_are_cooijmans(cell):
     """Reference: Cooijmans et al., section 5 and eq. (6): every gamma starts at 0.1; BN_x and BN_h have no

@@ -134,6 +134,7 @@ VARIANTS = {
     # function of its inputs, where rounding alone can flip a sign.
     "bn-ghost": ("mlp", "bn", {"norm_opts": {"ghost_batch": 4}, "optimizer": "sgd", "lr": 0.05, "batch_size": 8}),
     "cnn-bn-ghost": ("cnn", "bn", {"norm_opts": {"ghost_batch": 2}, "optimizer": "sgd", "lr": 0.05}),
+    "cnn-bn-positions": ("cnn", "bn", {"norm_opts": {"positions": 3}, "optimizer": "sgd", "lr": 0.05}),
     "bn-scratch": ("cnn", "bn", {"norm_opts": {"impl": "scratch"}}),
     "augmented": ("cnn", "gn", {"data": None}),
 }
@@ -222,6 +223,16 @@ def test_seed_and_pack_seeds_together_is_one_line_and_exit_2(tiny_root, tmp_path
     assert r.returncode == 2, r.stderr
     assert "seed=3 and pack.seeds both choose the seed" in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_pack_lrs_null_lets_an_experiment_with_an_lr_grid_run_one_lr(tiny_root, tmp_path):
+    """Reference: the shipped studies set pack.lrs; `pack.lrs=null lr=0.1` is the documented way back to
+    one learning rate, a plain run (no pack.json, lr as given)."""
+    r = normbench_cli("train", f"data.root={tiny_root}", "data.download=false", "data.val_size=100", "pack.lrs=null",
+                      "lr=0.1", "max_steps=2", "progress=false", f"hydra.run.dir={tmp_path}/r", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert res["config"]["lr"] == 0.1 and res["config"]["pack"]["lrs"] is None and res.get("packed") is None
 
 
 def _numbers(res: dict, prefix: str = "") -> dict[str, float]:

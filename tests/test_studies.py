@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from normbench import data, models, norms
+from normbench import data, models, norms, precise_bn
 from normbench.config import ModelConfig, VarLenConfig
 from normbench.data import batches
 from normbench.errors import UserError
@@ -87,6 +87,48 @@ def test_variable_length_run_records_every_test(tiny_cfg, tmp_path):
         assert 0 <= res[key] <= 1, key
     # Running statistics and a causal RNN: extra padding after the last real step changes nothing.
     assert res["test_acc_heavy_pad"] == res["test_acc_mixed"]
+
+
+def test_stretched_precise_bn_reestimates_recurrent_steps_past_the_trained_length(tiny_cfg, tmp_path):
+    """Reference: PreciseBN by hand on a copy of the trained recurrent-BN RNN: training images resized to
+    each length >= max_len, every step up to it given statistics of its own (precise_bn.recompute_statistics
+    with steps=L), then the test set at that length. The run's own model (test_acc_by_length) is untouched,
+    and `none` has no such key (nothing to re-estimate)."""
+    from normbench.data import varlen
+    from normbench.engine import evaluate
+    from normbench.studies import variable_length
+
+    vl = VarLenConfig(enabled=True, min_len=6, max_len=10, test_lengths=[8, 10, 14])
+    cfg = replace(tiny_cfg, model=ModelConfig(name="rnn", hidden=16, placement="recurrent"), varlen=vl,
+                  batch_size=10)
+    splits = data.load(cfg.data, torch.device("cpu"))
+    torch.manual_seed(0)
+    net = models.create(cfg.model, norms.factory("bn"), splits.shape, 10)
+    net.train()
+    for x, y, lengths in variable_length.train_batches(cfg)(splits.train_x, splits.train_y, 10, shuffle=True,
+                                                            generator=torch.Generator().manual_seed(0)):
+        net(x, lengths)  # running statistics for steps 0..9 (no optimizer: the weights stay as built)
+    net.eval()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    out = variable_length.evaluations(net, splits, cfg)
+    assert set(out["test_acc_by_length_precise_bn"]) == {"10", "14"}
+    assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())
+    import copy
+
+    for length in (10, 14):
+        by_hand = copy.deepcopy(net)
+        gen = torch.Generator().manual_seed(cfg.seed)
+        stretched = ((varlen.resize_rows(x, length), y, torch.full((len(x),), length))
+                     for x, y, _ in batches(splits.train_x, splits.train_y, 10, shuffle=True, generator=gen,
+                                            drop_last=True))
+        done = precise_bn.recompute_statistics(by_hand, stretched, steps=length)
+        assert done.samples == len(splits.train_x) // 10 * 10
+        cells = [m for m in by_hand.modules() if getattr(m, "per_step", False)]
+        assert cells and all(m.trained_steps == length for m in cells)
+        want = evaluate(by_hand, varlen.length_batches(splits.test_x, splits.test_y, length, cfg.eval_batch_size))[1]
+        assert out["test_acc_by_length_precise_bn"][str(length)] == want
+    plain = models.create(cfg.model, norms.factory("none"), splits.shape, 10).eval()
+    assert "test_acc_by_length_precise_bn" not in variable_length.evaluations(plain, splits, cfg)
 
 
 def test_varlen_needs_the_rnn(tiny_cfg, tmp_path):

@@ -3,12 +3,16 @@
     bn = norms.create("bn", 64, "seq")        # forward(x, mask): statistics over real tokens only
     bn = norms.create("bn", 64, "seq", masked=False)   # naive: the padding is counted too
     bn = norms.create("bn", 64, "image", ghost_batch=4)   # statistics over each group of 4 samples
+    bn = norms.create("bn", 64, "image", positions=4)     # statistics over 4 random positions per image
 
 On `seq` layout the statistics cover real tokens only when given a mask (PowerNorm's masked BN,
 Shen et al. 2020); `masked=False` reproduces the naive layer whose statistics include the padding.
 `ghost_batch=K` normalizes each group of K consecutive samples by its own statistics and updates the
 running statistics once per group, in order (Hoffer et al. 2017; see ghost.py); `num_batches_tracked`
-then counts groups, as K-sample BatchNorm calls would. `impl="scratch"` selects the from-scratch twin in
+then counts groups, as K-sample BatchNorm calls would. `positions=k` (images only) takes the training
+statistics over k spatial positions per image drawn at random each batch (all positions are normalized by
+them), so the values per channel, batch x k, can shrink at a fixed batch: the experiment that tells the
+values-per-channel explanation of BN's small-batch failure from the batch size itself. `impl="scratch"` selects the from-scratch twin in
 scratch.py, checked equal to this one.
 """
 
@@ -19,10 +23,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from normbench.errors import UserError
 from normbench.norms import ghost
 from normbench.norms.common import batch_seq, check_batch_values
 from normbench.norms.registry import NormSpec, check_impl, register
-
 
 # Ghost batches on the CPU: with this many values per channel in a group or more, one kernel call per group
 # beat one call over all groups folded into channels (to_groups copies the input and its gradient); below
@@ -37,9 +41,14 @@ class BatchNorm(_BatchNorm):
     stats_sink = None  # set by PreciseBN: receives the batch statistics instead of the running buffers
 
     def __init__(self, num_features: int, layout: str, *, masked: bool = True, ghost_batch: int | None = None,
-                 **kwargs):
+                 positions: int | None = None, **kwargs):
         super().__init__(num_features, **kwargs)
-        self.layout, self.masked, self.ghost_batch = layout, masked, ghost_batch
+        self.layout, self.masked, self.ghost_batch, self.positions = layout, masked, ghost_batch, positions
+        if positions is not None:
+            # Each batch's positions come from this seed and the batch count (a buffer): drawn the same way
+            # whether the run resumes or trains in a pack, and from nothing else's random stream.
+            self.position_seed = int(torch.randint(2**31 - 1, ()))
+            self.splits_statistics = False  # engine.split_statistics: the draws are per batch, not per group
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         groups = ghost.num_groups(x.shape[0], self.ghost_batch, "BatchNorm") if self.training else 1
@@ -54,6 +63,8 @@ class BatchNorm(_BatchNorm):
             return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0,
                                 self.eps)
         check_batch_values(x, "BatchNorm")
+        if self.positions is not None:
+            return self._sampled(x)
         if groups == 1 and self.stats_sink is None:  # the kernel updates the running statistics in place
             self.num_batches_tracked.add_(1)
             return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, True,
@@ -75,6 +86,27 @@ class BatchNorm(_BatchNorm):
         ghost.absorb(self, mean.view(groups, -1), var.view(groups, -1), values)
         return ghost.from_groups(y, groups)
 
+    def _sampled(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, C, H, W) normalized by the mean and variance of `positions` distinct random positions of each
+        image (all of them where a layer has fewer), gradients flowing through those statistics as in BN."""
+        n, c = x.shape[:2]
+        flat = x.flatten(2)
+        k = min(self.positions, flat.shape[2])
+        gen = torch.Generator(device=x.device).manual_seed(self.position_seed + int(self.num_batches_tracked))
+        idx = torch.rand(n, flat.shape[2], generator=gen, device=x.device).argsort(1)[:, :k]
+        sub = flat.gather(2, idx[:, None, :].expand(n, c, k))  # (N, C, k)
+        mean, var = sub.mean((0, 2)), sub.var((0, 2), unbiased=False)
+        self.num_batches_tracked.add_(1)
+        if n * k < 2:
+            raise UserError(f"BatchNorm with positions={self.positions} at batch {n} computes its statistics over "
+                            f"{n * k} value per channel, which has no variance", "use norm.positions >= 2")
+        ghost.absorb(self, mean[None], var[None] * (n * k / (n * k - 1)), n * k)
+        shape = (1, c) + (1,) * (x.dim() - 2)
+        y = (x - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
+        if self.weight is not None:
+            y = y * self.weight.view(shape) + self.bias.view(shape)
+        return y
+
     def _weighted(self, xf: torch.Tensor, w: torch.Tensor, groups: int = 1) -> torch.Tensor:
         """Statistics over the rows with w = 1 (the accelerator path: no data-dependent shapes), per group
         of rows for ghost batches."""
@@ -93,7 +125,21 @@ class BatchNorm(_BatchNorm):
         return y * w
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, layout={self.layout}, masked={self.masked}, ghost_batch={self.ghost_batch}"
+        extra = f", positions={self.positions}" if self.positions is not None else ""
+        return (f"{super().extra_repr()}, layout={self.layout}, masked={self.masked}, ghost_batch={self.ghost_batch}"
+                f"{extra}")
+
+
+def _check_positions(positions, layout: str, ghost_batch: int | None, impl: str) -> None:
+    if isinstance(positions, bool) or not isinstance(positions, int) or positions < 1:
+        raise UserError(f"BatchNorm positions must be a number of spatial positions >= 1 (got {positions!r})",
+                        "set norm.positions=k (k random positions per image), or null for all of them")
+    if layout != "image":
+        raise UserError(f"norm.positions samples spatial positions, which {layout} features do not have",
+                        "use it with model=cnn (BatchNorm on images), or leave norm.positions=null")
+    if ghost_batch is not None or check_impl(impl) != "native":
+        raise UserError("norm.positions combines with neither norm.ghost_batch nor norm.impl=scratch",
+                        "set one of them only")
 
 
 @register(NormSpec(
@@ -104,8 +150,11 @@ class BatchNorm(_BatchNorm):
 ))
 def build_bn(num_features: int, layout: str, *, eps: float = 1e-5, momentum: float = 0.1,
              affine: bool = True, masked: bool = True, ghost_batch: int | None = None,
-             impl: str = "native") -> nn.Module:
+             positions: int | None = None, impl: str = "native") -> nn.Module:
     ghost.check_option(ghost_batch, "BatchNorm")
+    if positions is not None:
+        _check_positions(positions, layout, ghost_batch, impl)
+        return BatchNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, positions=positions)
     if check_impl(impl) == "scratch":
         from normbench.norms.scratch import ScratchBatchNorm
 

@@ -61,7 +61,7 @@ def train_mode_acc(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: Conf
     return evaluate(model, data.batches(x[:n], y[:n], _large(cfg)), batch_stats=True, stats_per=bs)[1]
 
 
-def _precise_batches(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn):
+def precise_batches(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn):
     """PreciseBN's training batches, drawn as the run's own seed draws them; a pack's members each their own."""
     def generator(seed: int) -> torch.Generator:
         return torch.Generator(device=splits.train_x.device).manual_seed(seed)
@@ -93,7 +93,7 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn=dat
         trained = copy.deepcopy(model.state_dict())  # the reported model keeps its running statistics
         split = batch_fn is data.batches and can_split_statistics(model)  # padded batches stay as drawn
         size = _large(cfg) if split else bs
-        batches = _precise_batches(model, splits, replace(cfg, batch_size=size), batch_fn)
+        batches = precise_batches(model, splits, replace(cfg, batch_size=size), batch_fn)
         try:
             with split_statistics(model, bs) if split else contextlib.nullcontext():
                 precise_bn.recompute_statistics(model, batches, PRECISE_SAMPLES)

@@ -6,17 +6,22 @@ a random length in [varlen.min_len, varlen.max_len], batches right-padded with a
 
 Evaluations: the small-batch study's, then accuracy per test length (also longer than any trained), on
 mixed lengths, and with each batch padded to `varlen.heavy_pad` x its longest length, each with running
-and with batch statistics.
+and with batch statistics. For norms with running statistics, `test_acc_by_length_precise_bn` tests each
+length >= varlen.max_len after PreciseBN re-estimated the statistics on training images stretched to that
+length (every step up to it gets statistics of its own): if a norm recovers there, what it lacked past the
+trained length was statistics; if not, the cause is the dynamics. Stretching changes the images too, so
+read it against `none`'s drop over the same lengths.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
 from torch import nn
 
-from normbench import data
+from normbench import data, precise_bn
 from normbench.config import Config
 from normbench.data import varlen
 from normbench.engine import evaluate
@@ -56,8 +61,32 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config) -> dict[str,
     out["test_acc_by_length"] = {
         str(length): evaluate(model, varlen.length_batches(x, y, length, ebs))[1] for length in v.test_lengths
     }
+    if precise_bn.has_running_stats(model):
+        out["test_acc_by_length_precise_bn"] = {
+            str(length): stretched_precise_bn(model, splits, cfg, length)
+            for length in v.test_lengths if length >= v.max_len
+        }
     for name, pad in (("mixed", 1.0), ("heavy_pad", v.heavy_pad)):
         out[f"test_acc_{name}"] = evaluate(model, varlen.padded_batches(x, y, mixed, ebs, pad))[1]
         out[f"test_acc_{name}_train_mode"] = evaluate(
             model, varlen.padded_batches(x, y, mixed, bs, pad, drop_last=True), batch_stats=True)[1]
     return out
+
+
+def stretched_batches(length: int):
+    """A `data.batches` twin whose training batches are resized to `length` rows (no padding)."""
+
+    def batch_fn(x, y, batch_size, *, shuffle=False, generator=None, drop_last=False):
+        for xb, yb, _ in data.batches(x, y, batch_size, shuffle=shuffle, generator=generator, drop_last=drop_last):
+            yield varlen.resize_rows(xb, length), yb, torch.full((len(xb),), length, device=xb.device)
+
+    return batch_fn
+
+
+def stretched_precise_bn(model: nn.Module, splits: data.Splits, cfg: Config, length: int) -> float:
+    """Test accuracy at `length` rows after PreciseBN on training images stretched to it, at the training
+    batch size, every step up to `length` with statistics of its own; on a copy (the run's model is kept)."""
+    stretched = copy.deepcopy(model)
+    batches = small_batch.precise_batches(stretched, splits, cfg, stretched_batches(length))
+    precise_bn.recompute_statistics(stretched, batches, small_batch.PRECISE_SAMPLES, steps=length)
+    return evaluate(stretched, varlen.length_batches(splits.test_x, splits.test_y, length, cfg.eval_batch_size))[1]
