@@ -8,13 +8,15 @@ evaluated with batch statistics and that changed its accuracy (batch-dependent n
 with the same accuracies against the number of values each channel's statistics average over (batch
 for an MLP, batch x H x W for a CNN). Variable length: accuracy vs test length, and the mixed-length /
 heavy-padding tests as bars. Paired: a forest plot of each norm's per-seed difference from the
-reference, one row per norm x column, with its interval and the zero line.
+reference, one row per norm x column, with its interval and the zero line. Ghost batches (one SGD batch,
+rows that differ by norm.ghost_batch): accuracy against K, the norms without ghost batches as bands.
 Uses matplotlib's object API only (no pyplot): nothing global changes in the caller's process.
 """
 
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -188,6 +190,51 @@ def forest_figure(t: Table) -> Figure:
     return fig
 
 
+GHOST = re.compile(r"(?:^| )ghost_batch=(\d+)")
+
+
+def ghost_figure(evals: Table, trains: Table | None) -> Figure:
+    """Accuracy against the ghost batch K at a fixed SGD batch (one column): a line per norm label without
+    its ghost_batch (solid: running statistics; dashed: batch statistics at test), the norms without
+    ghost batches as horizontal bands (their mean and interval)."""
+    col = evals.cols[0]
+    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    lines: dict[str, list[tuple[int, str]]] = {}
+    flat = []
+    for row in evals.rows:
+        m = GHOST.search(row)
+        if m:
+            lines.setdefault(GHOST.sub("", row).strip(), []).append((int(m.group(1)), row))
+        elif (row, col) in evals.cells and evals.cells[row, col].n:
+            flat.append(row)
+    colors = _colors([*lines, *flat])
+    ks = sorted({k for pts in lines.values() for k, _ in pts})
+    for i, (name, pts) in enumerate(lines.items()):
+        for table, style, suffix in ((evals, "-", ""), (trains, "--", ", batch stats at test")):
+            pts_in = [(k, table.cells[row, col]) for k, row in sorted(pts)
+                      if table is not None and (row, col) in table.cells and table.cells[row, col].n]
+            if not pts_in:
+                continue
+            errs = [_err(c) for _, c in pts_in]
+            ax.errorbar([k for k, _ in pts_in], [100 * c.mean for _, c in pts_in],
+                        yerr=[[100 * e[0] for e in errs], [100 * e[1] for e in errs]], fmt=style,
+                        marker=MARKERS[i % len(MARKERS)], color=colors[name], capsize=3, label=name + suffix)
+    for name in flat:
+        cell = evals.cells[name, col]
+        ax.axhline(100 * cell.mean, color=colors[name], lw=1, ls=":", label=f"{name} (no ghost batch)")
+        if cell.ci:
+            ax.axhspan(100 * cell.ci[0], 100 * cell.ci[1], color=colors[name], alpha=0.12, lw=0)
+    if ks:
+        _log2_axis(ax, ks)
+    ax.set_xlabel(f"ghost batch K: samples per BatchNorm statistic (SGD batch {col})")
+    ax.set_ylabel("test accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(f"{evals.title.split(' · test')[0]} · ghost batches ({CI_NOTE})", fontsize=9)
+    return fig
+
+
 def figures(s: Summary) -> dict[str, Figure]:
     """One figure per (study, dataset) of batch tables, per (dataset, model) of variable-length tables,
     and one forest plot per test_acc table that has comparisons."""
@@ -195,6 +242,11 @@ def figures(s: Summary) -> dict[str, Figure]:
     batch = [t for t in s.tables if t.kind != VARLEN]
     for study, data in dict.fromkeys((t.study, t.data) for t in batch):
         out[f"{study or 'sweep'}_{data}"] = batch_figure([t for t in batch if (t.study, t.data) == (study, data)])
+    for t in batch:
+        if t.metric == "test_acc" and len(t.cols) == 1 and any(GHOST.search(r) for r in t.rows):
+            trains = next((u for u in batch if (u.study, u.data, u.model, u.metric)
+                           == (t.study, t.data, t.model, "test_acc_train_mode")), None)
+            out[f"ghost_batch_{t.data}_{t.model}"] = ghost_figure(t, trains)
     for t in s.tables:
         if t.kind == VARLEN and t.metric == "test_acc":
             trains = next((u for u in s.tables if (u.kind, u.study, u.data, u.model, u.metric)

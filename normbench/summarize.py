@@ -27,6 +27,7 @@ from normbench.config import Config, ModelConfig, flatten, runtime_keys, to_dict
 from normbench.errors import UserError
 from normbench.results import PACK, RESULTS, atomic_write_text, read_results
 from normbench.tables import (
+    CORE_METRICS,
     METRICS,
     VARLEN,
     Cell,
@@ -81,7 +82,8 @@ def find_runs(root: Path) -> list[Run]:
             runs.append(Run(d, "unreadable", note=str(e)))
             continue
         config = flatten(res["config"]) if isinstance(res["config"], dict) else {}
-        run = Run(d, res["status"], config, res, overrides=_overrides(d))
+        pack_dir = d.parent if (d.parent / PACK).exists() else None  # a pack's member: the pack's command line
+        run = Run(d, res["status"], config, res, overrides=_overrides(pack_dir or d))
         if run.status == "failed":
             run.note = res.get("error") or "failed"
         elif run.status == "diverged":
@@ -143,10 +145,13 @@ def build_tables(runs: list[Run], labels: dict[Path, str], ref: str = "bn") -> l
         key = (kind, run.study, str(run.config.get("data.name")), str(run.config.get("model.name")), metric)
         return tables.setdefault(key, Table(*key))
 
+    steps: dict[tuple, dict[str, set[tuple[int, int]]]] = defaultdict(lambda: defaultdict(set))
     for run in runs:
         if run.status == "completed":
             for metric, col, acc in measurements(run):
                 t = table(run, metric)
+                if isinstance(run.results.get("steps"), int):
+                    steps[id(t)][col].add((run.results["steps"], run.config.get("batch_size") or 0))
                 t.cells.setdefault((labels[run.path], col), Cell()).add(run.config.get("seed", 0), acc, run.path)
                 vpc = run.results.get("norm_values_per_channel")
                 if not run.varlen and isinstance(vpc, int):
@@ -155,7 +160,7 @@ def build_tables(runs: list[Run], labels: dict[Path, str], ref: str = "bn") -> l
                     t.train_range = (run.config.get("varlen.min_len"), run.config.get("varlen.max_len"))
     for run in runs:  # after the completed ones, so a diverged varlen run marks every test length
         if run.status in ("diverged", "failed") and run.config:
-            for metric in METRICS:
+            for metric in CORE_METRICS:
                 t = table(run, metric)
                 cols = sorted({c for _, c in t.cells}) or ["mixed"] if run.varlen else [str(run.config.get("batch_size"))]
                 for col in cols:
@@ -165,9 +170,26 @@ def build_tables(runs: list[Run], labels: dict[Path, str], ref: str = "bn") -> l
     for t in tables.values():
         t.rows = sorted({r for r, _ in t.cells}, key=lambda r: row_key(r, ref))
         t.cols = sorted({c for _, c in t.cells}, key=col_key)
+        if steps[id(t)]:
+            t.notes.append(budget_note(t, steps[id(t)]))
         compare(t, ref)
     return sorted(tables.values(), key=lambda t: (t.kind, t.study, t.data, MODEL_ORDER.index(t.model)
                                                   if t.model in MODEL_ORDER else 9, t.model, list(METRICS).index(t.metric)))
+
+
+def budget_note(t: Table, steps: dict[str, set[tuple[int, int]]]) -> str:
+    """What each run of the table trained for: training samples seen (steps x batch size) and steps, per
+    column where the columns are batch sizes (a range where runs of a column differ)."""
+    def span(values) -> str:
+        lo, hi = min(values), max(values)
+        return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+
+    every = {pair for pairs in steps.values() for pair in pairs}
+    seen = f"budget: {span([n * b for n, b in every])} training samples seen per run"
+    if t.kind == VARLEN:
+        return f"{seen}, {span([n for n, _ in every])} steps"
+    per_col = ", ".join(f"{span([n for n, _ in steps[c]])} at {c}" for c in t.cols if c in steps)
+    return f"{seen}; steps: {per_col}"
 
 
 def _paired(a: Cell, b: Cell) -> stats.Paired:

@@ -10,6 +10,7 @@ Plain Python only: reading a sweep's numbers imports neither torch nor TensorBoa
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,10 @@ from normbench import stats
 VARLEN = "variable_length"
 METRICS = {"test_acc": "test accuracy (running statistics)",
            "test_acc_train_mode": "test accuracy with batch statistics (norms in train mode)",
-           "test_acc_precise_bn": "test accuracy with PreciseBN statistics"}
+           "test_acc_precise_bn": "test accuracy with PreciseBN statistics",
+           "train_acc": "training-set accuracy (running statistics)",
+           "train_acc_train_mode": "training-set accuracy with batch statistics"}
+CORE_METRICS = ("test_acc", "test_acc_train_mode")  # every study has these; a failed run is marked in them
 MIN_N = 3  # cells with fewer seeds are marked: their interval is too wide to read, or undefined
 
 
@@ -152,9 +156,12 @@ def col_key(col: str):
 
 
 def row_key(label: str, ref: str = "bn"):
-    """No norm first (the baseline), then the reference, then by name; a label's extras after its norm."""
+    """No norm first (the baseline), then the reference, then by name; a label's extras after its norm,
+    numbers in order (ghost_batch=2 before ghost_batch=16)."""
     name = label.split(" ")[0]
-    return (0 if name == "none" else 1 if name == ref else 2, name, label)
+    natural = tuple((0, float(p), "") if p.replace(".", "", 1).isdigit() else (1, 0.0, p)
+                    for p in re.split(r"(\d+(?:\.\d+)?)", label) if p)
+    return (0 if name == "none" else 1 if name == ref else 2, name, natural)
 
 
 def fmt_value(v: Any) -> str:

@@ -202,9 +202,12 @@ def test_packed_run_writes_each_member_as_a_run(tiny_root, tmp_path):
     assert len(accs) > 1  # four different runs, not one copied
     from normbench.summarize import find_runs
 
+    (tmp_path / ".hydra").mkdir()  # as Hydra leaves the pack's directory: its command line
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("- experiment=small_batch\n")
     runs = find_runs(tmp_path)  # the members, as separate runs; not the pack's own directory
     assert sorted(r.path.name for r in runs) == sorted(d.name for d in tmp_path.glob("lr=*"))
     assert {r.status for r in runs} == {"completed"}
+    assert {r.study for r in runs} == {"small_batch"}  # each member is of the study its pack was launched as
 
 
 @pytest.mark.parametrize("pack,why", [

@@ -16,7 +16,7 @@ from scipy import stats as scipy_stats
 
 from normbench.config import Config, ModelConfig, to_dict
 from normbench.results import write_results
-from normbench.summarize import summarize
+from normbench.summarize import compute, summarize
 
 
 def write_run(root: Path, name: str, status: str = "completed", **kw) -> Path:
@@ -137,6 +137,39 @@ def test_markdown_tables_mark_the_best_and_plots_are_written(tmp_path):
     assert list((root / "summary").glob("events.out.tfevents.*"))
     assert not (root / "tensorboard").exists()
     assert "61.0 [33.7, 88.3]" in printed and "75.0 (1) *" in printed
+
+
+def test_a_ghost_batch_sweep_plots_accuracy_against_k(tmp_path):
+    """Reference: plots.ghost_figure's contract: one line per norm (its ghost_batch rows, in order of K, at
+    the hand-made means), a band for a norm without ghost batches, and the figure written as a PNG."""
+    for seed in range(3):
+        for k, acc in ((2, 0.60), (8, 0.80), (64, 0.84)):
+            write_run(tmp_path, f"bn{k}_{seed}", bs=64, seed=seed, config={"norm.ghost_batch": k},
+                      test_acc=acc + seed / 100, test_acc_train_mode=acc - 0.1)
+        write_run(tmp_path, f"ln_{seed}", norm="ln", bs=64, seed=seed, test_acc=0.83, test_acc_train_mode=0.83)
+    from normbench import plots
+
+    s = compute(tmp_path)
+    evals = next(t for t in s.tables if t.metric == "test_acc")
+    ax = plots.ghost_figure(evals, None).axes[0]
+    (bars,) = [c for c in ax.containers if c.get_label() == "bn"]  # errorbar: data line, caps, bars
+    line = bars.lines[0]
+    assert list(line.get_xdata()) == [2, 8, 64]
+    assert [round(y, 6) for y in line.get_ydata()] == [61.0, 81.0, 85.0]
+    assert any(ln.get_label() == "ln (no ghost batch)" for ln in ax.lines)
+    files, _ = _summarize(tmp_path)
+    assert files["ghost_batch_fashion_mnist_mlp"].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_every_table_states_its_budget(tmp_path):
+    """Reference: the runs' own `steps` x batch_size, counted by hand: 10,000 samples at batch 2 (5,000
+    steps) and at batch 8 (1,250 steps); a column whose runs differ shows the range."""
+    for seed in range(2):
+        write_run(tmp_path, f"b2_{seed}", bs=2, seed=seed, test_acc=0.5, steps=5000)
+        write_run(tmp_path, f"b8_{seed}", bs=8, seed=seed, test_acc=0.8, steps=1250 + seed)
+    s = compute(tmp_path)
+    t = next(t for t in s.tables if t.metric == "test_acc")
+    assert "budget: 10,000-10,008 training samples seen per run; steps: 5,000 at 2, 1,250-1,251 at 8" in t.notes
 
 
 def test_labels_keep_apart_what_differs_and_lengths_sort(tmp_path):

@@ -92,14 +92,14 @@ class BatchNorm(_BatchNorm):
         n, c = x.shape[:2]
         flat = x.flatten(2)
         k = min(self.positions, flat.shape[2])
+        if n * k < 2:
+            raise UserError(f"BatchNorm with positions={self.positions} at batch {n} computes its statistics over "
+                            f"{n * k} value per channel, which has no variance", "use norm.positions >= 2")
         gen = torch.Generator(device=x.device).manual_seed(self.position_seed + int(self.num_batches_tracked))
         idx = torch.rand(n, flat.shape[2], generator=gen, device=x.device).argsort(1)[:, :k]
         sub = flat.gather(2, idx[:, None, :].expand(n, c, k))  # (N, C, k)
         mean, var = sub.mean((0, 2)), sub.var((0, 2), unbiased=False)
         self.num_batches_tracked.add_(1)
-        if n * k < 2:
-            raise UserError(f"BatchNorm with positions={self.positions} at batch {n} computes its statistics over "
-                            f"{n * k} value per channel, which has no variance", "use norm.positions >= 2")
         ghost.absorb(self, mean[None], var[None] * (n * k / (n * k - 1)), n * k)
         shape = (1, c) + (1,) * (x.dim() - 2)
         y = (x - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
