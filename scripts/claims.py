@@ -29,6 +29,7 @@ CLAIMS = [
     ("(b) GN over BN at batch 2 (the GroupNorm paper's comparison)", "small_batch", "mlp", (A, "gn", "2"), (A, "bn", "2")),
     ("(b) LN over BN at batch 2", "small_batch", "mlp", (A, "ln", "2"), (A, "bn", "2")),
     ("(b) GN over BN at batch 128", "small_batch", "mlp", (A, "gn", "128"), (A, "bn", "128")),
+    ("(b) none under BN at batch 128", "small_batch", "mlp", (A, "none", "128"), (A, "bn", "128")),
     ("(b) BN's drop, batch 32 -> 2", "small_batch", "mlp", (A, "bn", "2"), (A, "bn", "32")),
     ("(b) GN's drop, batch 32 -> 2", "small_batch", "mlp", (A, "gn", "2"), (A, "gn", "32")),
     ("(b) BN at batch 2: batch statistics at test vs running", "small_batch", "mlp", (B, "bn", "2"), (A, "bn", "2")),
@@ -37,6 +38,8 @@ CLAIMS = [
     ("(b) BRN over BN at batch 8", "small_batch", "mlp", (A, "brn", "8"), (A, "bn", "8")),
     ("(a) BN ghost 2 vs ghost 64, SGD batch 64", "ghost_batch", "mlp",
      (A, "bn ghost_batch=2", "64"), (A, "bn ghost_batch=64", "64")),
+    ("(a) BN ghost 4 vs ghost 64, SGD batch 64", "ghost_batch", "mlp",
+     (A, "bn ghost_batch=4", "64"), (A, "bn ghost_batch=64", "64")),
     ("(a) BN ghost 2: PreciseBN vs running", "ghost_batch", "mlp",
      (P, "bn ghost_batch=2", "64"), (A, "bn ghost_batch=2", "64")),
     ("(a) GN over BN ghost 2", "ghost_batch", "mlp", (A, "gn", "64"), (A, "bn ghost_batch=2", "64")),
@@ -62,6 +65,29 @@ CLAIMS = [
      (B, MASK, "pad×2"), (B, NAIVE, "pad×2")),
     ("varlen: naive BN, pad x2 vs mixed, batch statistics", "variable_length", "rnn",
      (B, NAIVE, "pad×2"), (B, NAIVE, "mixed")),
+]
+
+
+# Single cells the README quotes: (what, study, model, (metric, norm label, column)).
+TA, TT = "train_acc", "train_acc_train_mode"
+CELLS = [
+    (f"(b) {norm} at batch 2: {what}", "small_batch", "mlp", (metric, norm, "2"))
+    for norm in ("bn", "brn", "gn") for what, metric in (
+        ("training images, batch statistics (as it trained)", TT), ("training images, running statistics", TA),
+        ("test, running statistics", A), ("test, batch statistics", B), ("test, PreciseBN", P))
+] + [
+    (f"(a) bn ghost 2: {what}", "ghost_batch", "mlp", (metric, "bn ghost_batch=2", "64")) for what, metric in (
+        ("training images, batch statistics (as it trained)", TT), ("training images, running statistics", TA),
+        ("test, running statistics", A), ("test, batch statistics", B), ("test, PreciseBN", P))
+] + [
+    (f"values/ch: CNN bn at batch 8, {k}", "values_per_channel", "cnn", (A, label, "8"))
+    for k, label in (("1 position", "bn positions=1"), ("4 positions", "bn positions=4"),
+                     ("16 positions", "bn positions=16"), ("all positions", "bn"))
+] + [
+    (f"varlen: {name} at {length} rows{how}", "variable_length", "rnn", (metric, label, length))
+    for name, label in (("none", "none"), ("recurrent bn", REC), ("ln in the cell", "ln placement=recurrent"))
+    for length in ("28", "36", "42")
+    for how, metric in (("", A), (", stretched PreciseBN", P)) if not (metric == P and label != REC)
 ]
 
 
@@ -93,6 +119,13 @@ def main(root: Path) -> None:
     cells = load(root)
     if not cells:
         sys.exit(f"claims.py: no */summary.json under {root}; run `normbench summarize DIR --select lr` first")
+    print("| cell | mean, % [95% CI] | seeds |")
+    print("|---|---|---|")
+    for what, study, model, spec in CELLS:
+        g = find(cells, study, model, *spec)
+        ci = f" [{100 * g['ci_low']:.1f}, {100 * g['ci_high']:.1f}]" if g and g["ci_low"] is not None else ""
+        print(f"| {what} | {100 * g['mean']:.1f}{ci} | {g['n']} |" if g else f"| {what} | not in this run | 0 |")
+    print()
     print("| claim | a | b | a − b, points [95% CI] | pairs |")
     print("|---|---|---|---|---|")
     for claim, study, model, a, b in CLAIMS:

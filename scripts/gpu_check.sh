@@ -58,7 +58,7 @@ if [ -f normbench/configs/experiment/small_batch.yaml ]; then
   if [ "${FULL:-0}" = 1 ]; then
     study=(experiment=small_batch)
   else
-    study=(experiment=small_batch "pack.seeds=[0]" hydra.sweeper.params.batch_size=8,32,128 epochs=1)
+    study=(experiment=small_batch "pack.seeds=[0]" pack.lrs=null lr=0.05 hydra.sweeper.params.batch_size=8,32,128 epochs=1)
   fi
   # One GPU, 16 CPU cores: 8 jobs at once share the GPU; the study's runs are small.
   stage small_batch 420 $PY -m normbench train -m "${study[@]}" device=cuda data.root="$ROOT" \
