@@ -231,7 +231,7 @@ def ghost_figure(evals: Table, trains: Table | None) -> Figure:
     ax.set_ylabel("test accuracy (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    ax.set_title(f"{evals.title.split(' · test')[0]} · ghost batches ({CI_NOTE})", fontsize=9)
+    ax.set_title(f"{evals.title.split(' · test')[0]} · ghost batches\n{CI_NOTE}", fontsize=9)
     return fig
 
 
