@@ -235,6 +235,12 @@ def ghost_figure(evals: Table, trains: Table | None) -> Figure:
     return fig
 
 
+def _batch_stats_twin(s: Summary, t: Table) -> Table | None:
+    """The same runs' table with batch statistics at test (test_acc_train_mode), if there is one."""
+    return next((u for u in s.tables if (u.kind, u.study, u.data, u.model, u.metric)
+                 == (t.kind, t.study, t.data, t.model, "test_acc_train_mode")), None)
+
+
 def figures(s: Summary) -> dict[str, Figure]:
     """One figure per (study, dataset) of batch tables, per (dataset, model) of variable-length tables,
     and one forest plot per test_acc table that has comparisons."""
@@ -244,14 +250,10 @@ def figures(s: Summary) -> dict[str, Figure]:
         out[f"{study or 'sweep'}_{data}"] = batch_figure([t for t in batch if (t.study, t.data) == (study, data)])
     for t in batch:
         if t.metric == "test_acc" and len(t.cols) == 1 and any(GHOST.search(r) for r in t.rows):
-            trains = next((u for u in batch if (u.study, u.data, u.model, u.metric)
-                           == (t.study, t.data, t.model, "test_acc_train_mode")), None)
-            out[f"ghost_batch_{t.data}_{t.model}"] = ghost_figure(t, trains)
+            out[f"ghost_batch_{t.data}_{t.model}"] = ghost_figure(t, _batch_stats_twin(s, t))
     for t in s.tables:
         if t.kind == VARLEN and t.metric == "test_acc":
-            trains = next((u for u in s.tables if (u.kind, u.study, u.data, u.model, u.metric)
-                           == (t.kind, t.study, t.data, t.model, "test_acc_train_mode")), None)
-            out[f"variable_length_{t.data}_{t.model}"] = variable_length_figure(t, trains)
+            out[f"variable_length_{t.data}_{t.model}"] = variable_length_figure(t, _batch_stats_twin(s, t))
     for t in s.tables:
         if t.metric == "test_acc" and any(c.result.n for c in t.comparisons):
             out[f"paired_{t.slug}"] = forest_figure(t)

@@ -145,13 +145,15 @@ def build_tables(runs: list[Run], labels: dict[Path, str], ref: str = "bn") -> l
         key = (kind, run.study, str(run.config.get("data.name")), str(run.config.get("model.name")), metric)
         return tables.setdefault(key, Table(*key))
 
+    # table key -> column -> the (steps, batch size) of its runs, for the budget note
     steps: dict[tuple, dict[str, set[tuple[int, int]]]] = defaultdict(lambda: defaultdict(set))
     for run in runs:
         if run.status == "completed":
             for metric, col, acc in measurements(run):
                 t = table(run, metric)
                 if isinstance(run.results.get("steps"), int):
-                    steps[id(t)][col].add((run.results["steps"], run.config.get("batch_size") or 0))
+                    steps[t.kind, t.study, t.data, t.model, t.metric][col].add(
+                        (run.results["steps"], run.config.get("batch_size") or 0))
                 t.cells.setdefault((labels[run.path], col), Cell()).add(run.config.get("seed", 0), acc, run.path)
                 vpc = run.results.get("norm_values_per_channel")
                 if not run.varlen and isinstance(vpc, int):
@@ -167,11 +169,11 @@ def build_tables(runs: list[Run], labels: dict[Path, str], ref: str = "bn") -> l
                     cell = t.cells.setdefault((labels[run.path], col), Cell())
                     cell.n_diverged += run.status == "diverged"
                     cell.n_failed += run.status == "failed"
-    for t in tables.values():
+    for key, t in tables.items():
         t.rows = sorted({r for r, _ in t.cells}, key=lambda r: row_key(r, ref))
         t.cols = sorted({c for _, c in t.cells}, key=col_key)
-        if steps[id(t)]:
-            t.notes.append(budget_note(t, steps[id(t)]))
+        if steps.get(key):
+            t.notes.append(budget_note(t, steps[key]))
         compare(t, ref)
     return sorted(tables.values(), key=lambda t: (t.kind, t.study, t.data, MODEL_ORDER.index(t.model)
                                                   if t.model in MODEL_ORDER else 9, t.model, list(METRICS).index(t.metric)))

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from normbench import stats  # noqa: E402
 
 A = "test_acc"
@@ -26,7 +26,8 @@ REC, MASK, NAIVE = "bn placement=recurrent", "bn masked=true", "bn masked=false"
 
 # (claim, study directory, model, (metric, norm label, column) of a, the same of b): the claim is a - b
 CLAIMS = [
-    ("(b) GN over BN at batch 2 (the GroupNorm paper's comparison)", "small_batch", "mlp", (A, "gn", "2"), (A, "bn", "2")),
+    ("(b) GN over BN at batch 2 (the GroupNorm paper's comparison)", "small_batch", "mlp",
+     (A, "gn", "2"), (A, "bn", "2")),
     ("(b) LN over BN at batch 2", "small_batch", "mlp", (A, "ln", "2"), (A, "bn", "2")),
     ("(b) GN over BN at batch 128", "small_batch", "mlp", (A, "gn", "128"), (A, "bn", "128")),
     ("(b) none under BN at batch 128", "small_batch", "mlp", (A, "none", "128"), (A, "bn", "128")),

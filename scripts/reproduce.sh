@@ -17,7 +17,7 @@
 # (2 epochs of the same subset); the RNN 1 epoch of the full training set. The validation split (2k) and
 # the subset are the same for every run (docs/regimes.md). The RNN's grid is 3 learning rates, not the
 # shipped experiment's 5, and it trains 1 epoch of a 20k subset: its evaluation suite (every test length,
-# padding, PreciseBN on stretched images) costs ~35 s per run for recurrent BN on one core. Timings go to
+# padding, PreciseBN on stretched images) costs ~50 s per run for recurrent BN on one core. Timings go to
 # $OUT/timing.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -74,11 +74,22 @@ def train_batches(cfg: VarLenConfig):
     return batch_fn
 
 
+def fixed_length(length: int):
+    """A drop-in for `data.batches` whose batches have every sample resized to `length` rows (no padding):
+    the test at one length, and PreciseBN's training batches stretched to it."""
+
+    def batch_fn(x: torch.Tensor, y: torch.Tensor, batch_size: int, *, shuffle: bool = False,
+                 generator: torch.Generator | None = None, drop_last: bool = False) -> Iterator[Batch]:
+        for xb, yb, _ in batches(x, y, batch_size, shuffle=shuffle, generator=generator, drop_last=drop_last):
+            yield resize_rows(xb, length), yb, torch.full((len(xb),), length, device=xb.device)
+
+    return batch_fn
+
+
 def length_batches(x: torch.Tensor, y: torch.Tensor, length: int, batch_size: int,
                    drop_last: bool = False) -> Iterator[Batch]:
-    """Every sample resized to the same `length` (no padding): the test at one length."""
-    for xb, yb, _ in batches(x, y, batch_size, drop_last=drop_last):
-        yield resize_rows(xb, length), yb, torch.full((len(xb),), length, device=xb.device)
+    """Every sample resized to the same `length` (no padding), in order: the test at one length."""
+    return fixed_length(length)(x, y, batch_size, drop_last=drop_last)
 
 
 def padded_batches(x: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor, batch_size: int,

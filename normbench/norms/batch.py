@@ -12,8 +12,8 @@ running statistics once per group, in order (Hoffer et al. 2017; see ghost.py); 
 then counts groups, as K-sample BatchNorm calls would. `positions=k` (images only) takes the training
 statistics over k spatial positions per image drawn at random each batch (all positions are normalized by
 them), so the values per channel, batch x k, can shrink at a fixed batch: the experiment that tells the
-values-per-channel explanation of BN's small-batch failure from the batch size itself. `impl="scratch"` selects the from-scratch twin in
-scratch.py, checked equal to this one.
+values-per-channel explanation of BN's small-batch failure from the batch size itself. `impl="scratch"`
+selects the from-scratch twin in scratch.py, checked equal to this one.
 """
 
 from __future__ import annotations

@@ -285,8 +285,8 @@ class PackedFlatten(nn.Module):
 
 
 def _is_plain_bn(m: nn.Module) -> bool:
-    return (type(m) is BatchNorm and m.ghost_batch is None and m.positions is None and m.momentum is not None and m.track_running_stats
-            and m.layout in ("flat", "image"))
+    return (type(m) is BatchNorm and m.ghost_batch is None and m.positions is None and m.momentum is not None
+            and m.track_running_stats and m.layout in ("flat", "image"))
 
 
 def convert(modules: list[nn.Module]) -> nn.Module:

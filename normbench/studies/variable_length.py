@@ -73,20 +73,10 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config) -> dict[str,
     return out
 
 
-def stretched_batches(length: int):
-    """A `data.batches` twin whose training batches are resized to `length` rows (no padding)."""
-
-    def batch_fn(x, y, batch_size, *, shuffle=False, generator=None, drop_last=False):
-        for xb, yb, _ in data.batches(x, y, batch_size, shuffle=shuffle, generator=generator, drop_last=drop_last):
-            yield varlen.resize_rows(xb, length), yb, torch.full((len(xb),), length, device=xb.device)
-
-    return batch_fn
-
-
 def stretched_precise_bn(model: nn.Module, splits: data.Splits, cfg: Config, length: int) -> float:
     """Test accuracy at `length` rows after PreciseBN on training images stretched to it, at the training
     batch size, every step up to `length` with statistics of its own; on a copy (the run's model is kept)."""
     stretched = copy.deepcopy(model)
-    batches = small_batch.precise_batches(stretched, splits, cfg, stretched_batches(length))
+    batches = small_batch.precise_batches(stretched, splits, cfg, varlen.fixed_length(length))
     precise_bn.recompute_statistics(stretched, batches, small_batch.PRECISE_SAMPLES, steps=length)
     return evaluate(stretched, varlen.length_batches(splits.test_x, splits.test_y, length, cfg.eval_batch_size))[1]
