@@ -146,17 +146,30 @@ def _sweep_subdir() -> str:
     return sweep_subdir(varying, list(hc.overrides.task), hc.job.num)
 
 
+def store_configs() -> None:
+    """Hydra's ConfigStore: the typed schema as `base_config`, and the `model` group from MODEL_DEFAULTS,
+    the one place each model's defaults are written, so `--cfg job`, `--help` and every run's
+    .hydra/config.yaml show the values that train (a CNN's channels [32, 64], not null)."""
+    from hydra.core.config_store import ConfigStore
+
+    from normbench.config import MODEL_DEFAULTS, schema
+
+    store = ConfigStore.instance()
+    store.store(name="base_config", node=schema())
+    for name, defaults in MODEL_DEFAULTS.items():
+        store.store(group="model", name=name, node={"name": name, **defaults})
+
+
 def _hydra_train(argv: list[str]) -> int:
     import hydra
-    from hydra.core.config_store import ConfigStore
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
     from normbench import cli_errors
-    from normbench.config import Config, schema
+    from normbench.config import Config
 
-    ConfigStore.instance().store(name="base_config", node=schema())
+    store_configs()
     register_resolvers()
     overrides = [a for a in argv if "=" in a and not a.startswith("-")]
     debug = _debug(overrides)

@@ -5,7 +5,7 @@
 
 Hydra reports a misspelled key, an unknown group option or a wrong type in several lines ending
 with its search path. These say the same in one line and list what is valid, from the typed schema
-(normbench/config.py) and the config files (normbench/configs/). Hydra's own modules are imported
+(normbench/config.py), the config files (normbench/configs/) and the groups the CLI stores. Hydra's own modules are imported
 inside functions only, so nothing but the CLI ever loads Hydra.
 """
 
@@ -18,20 +18,24 @@ import json
 import typing
 from importlib import resources
 
-from normbench.config import Config
+from normbench.config import MODEL_DEFAULTS, Config
 from normbench.errors import UserError
 
 LABELS = {"model": "model", "norm": "norm", "data": "dataset", "experiment": "experiment"}
+# Groups the CLI stores in Hydra's ConfigStore (cli.store_configs), not in config files
+STORED = {"model": sorted(MODEL_DEFAULTS)}
 
 
 def groups() -> list[str]:
-    """The config groups: one folder each under normbench/configs/ (experiment is optional)."""
+    """The config groups: one folder each under normbench/configs/, the stored ones, and experiment."""
     found = {p.name for p in resources.files("normbench.configs").iterdir()
              if p.is_dir() and p.name not in ("hydra", "__pycache__")}
-    return sorted(found | {"experiment"})
+    return sorted(found | set(STORED) | {"experiment"})
 
 
 def group_options(group: str) -> list[str]:
+    if group in STORED:
+        return STORED[group]
     folder = resources.files("normbench.configs") / group
     if not folder.is_dir():
         return []

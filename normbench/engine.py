@@ -1,6 +1,8 @@
-"""The training loop: `fit` trains a model on tensors and returns its history; `evaluate` scores it.
+"""The training loop, one for plain runs and packs: `train` trains a model's members and returns one
+result per member; `evaluate` scores it.
 
-    result = fit(model, splits, cfg, tracker, device, checkpoint=run_dir / "checkpoint.pt")
+    result = fit(model, splits, cfg, tracker, device, checkpoint=run_dir / "checkpoint.pt")   # one member
+    results = train(packed, splits, member_cfgs, trackers, device)                          # a pack's S
     loss, acc = evaluate(model, data.batches(splits.test_x, splits.test_y, 1000))
 
 No Hydra and no display here: progress goes to a `Tracker` every `cfg.log_every` steps, which is also
@@ -28,9 +30,9 @@ from normbench import norms
 from normbench.config import Config
 from normbench.data import Splits, batches
 from normbench.errors import UserError
-from normbench.optim import make_optimizer, make_schedule
+from normbench.members import Batch, Members
+from normbench.optim import make_member_optimizer, make_schedule, set_lrs
 
-Batch = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]  # (x, y, lengths)
 
 
 def pick_device(name: str) -> torch.device:
@@ -70,7 +72,7 @@ def _statistics_modules(model: nn.Module) -> tuple[list[nn.Module], bool]:
     from normbench.norms.registry import TAG
 
     modules = list(model.modules())
-    for member in getattr(model, "member_models", ()):  # a pack's member models, evaluated one by one
+    for member in model.member_models if isinstance(model, Members) else ():  # evaluated one by one
         modules += list(member.modules())
     def splits(m: nn.Module) -> bool:
         return hasattr(m, "ghost_batch") and getattr(m, "splits_statistics", True)
@@ -124,7 +126,7 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], batch_stats: bool = Fal
     samples of a batch is normalized on its own (`split_statistics`): batches of any multiple of k then
     score as batches of k would. A packed model (normbench.pack) scores every member on the same
     batches, or on each member's own ((S, N, ...) batches), and returns a list per member."""
-    members = getattr(model, "size", None)
+    members = model.size if isinstance(model, Members) else None
     if members is not None:
         batches = iter(batches)
         first = next(batches, None)
@@ -165,17 +167,25 @@ def _for_members(members: int, x: torch.Tensor, y: torch.Tensor, lengths: torch.
 
 @dataclass
 class FitResult:
+    """One member's training, as results.json records it."""
     status: str = "completed"  # completed | diverged
     history: list[dict] = field(default_factory=list)  # one dict of metrics per epoch
-    steps: int = 0
+    steps: int = 0  # optimizer steps trained; a diverged run's is the step whose loss was non-finite
     epochs_done: int = 0
     train_seconds: float = 0.0  # time in training steps only (no evaluation)
-    samples: int = 0
+    samples: int = 0  # samples stepped in those seconds (a diverged run's include its last log window's)
     diverged_step: int | None = None
 
     @property
     def train_samples_per_s(self) -> float:
         return self.samples / self.train_seconds if self.train_seconds else 0.0
+
+
+@dataclass
+class LoopState:
+    """Where the loop is, shared by every member: a diverged member stops counting, the loop does not."""
+    steps: int = 0
+    epochs_done: int = 0
 
 
 def plan_steps(cfg: Config, n_train: int) -> tuple[int, int]:
@@ -191,113 +201,163 @@ def plan_steps(cfg: Config, n_train: int) -> tuple[int, int]:
 
 
 class _Window:
-    """The steps since the last log: their losses, logits and labels stay on the device until `read`
-    (the loop's one host sync), and the clock runs only while training."""
+    """The steps since the last log: each step's loss (per member), logits and labels stay on the device
+    until `read` (the loop's one host sync)."""
 
     def __init__(self):
         self.items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        self.seconds, self.started = 0.0, time.perf_counter()
 
-    def add(self, loss: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> None:
-        self.items.append((loss.detach(), logits.detach(), y))
+    def add(self, losses: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> None:
+        self.items.append((losses.detach(), logits.detach(), y))
 
-    def pause(self) -> None:
-        self.seconds += time.perf_counter() - self.started
-
-    def resume(self) -> None:
-        self.started = time.perf_counter()
-
-    def read(self, batch_size: int) -> tuple[list[float], dict[str, float]]:
-        """(the window's losses, its metrics) and a fresh window; call it paused."""
-        losses = torch.stack([w[0] for w in self.items]).double().tolist()  # the host sync
-        hits = torch.cat([w[1] for w in self.items]).argmax(1).eq(torch.cat([w[2] for w in self.items]))
-        metrics = {"loss/train": sum(losses) / len(losses), "acc/train": hits.float().mean().item(),
-                   "throughput/samples_per_s": len(self.items) * batch_size / max(self.seconds, 1e-9)}
-        self.items, self.seconds = [], 0.0
-        return losses, metrics
+    def read(self, size: int) -> tuple[list[list[float]], list[float]]:
+        """(each member's losses, each member's accuracy) over the window, and a fresh window."""
+        losses = torch.stack([w[0] for w in self.items]).double().view(len(self.items), size).T.tolist()  # sync
+        logits = torch.stack([w[1] for w in self.items])
+        y = torch.stack([w[2] for w in self.items])
+        hits = logits.argmax(-1).eq(y).view(len(self.items), size, -1).transpose(0, 1).flatten(1)
+        self.items = []
+        return losses, hits.double().mean(1).tolist()
 
 
 def fit(model: nn.Module, splits: Splits, cfg: Config, tracker, device: torch.device,
         checkpoint: Path | None = None, resume: bool = False, batch_fn=batches) -> FitResult:
-    """Train `model` on `splits.train_*`, evaluating on `splits.val_*` after every epoch.
+    """`train` for one plain model: its one member's result."""
+    return train(model, splits, [cfg], [tracker], device, checkpoint, resume, batch_fn)[0]
 
-    `batch_fn` yields the training batches (x, y, lengths) with `data.batches`' signature; a study may
-    pass its own (augmented, or resized to random lengths and right-padded).
 
-    With `checkpoint`, the full state (model, optimizer, RNG, history) is saved atomically after every
-    epoch; `resume=True` continues from it, bit-identical on CPU to an unbroken run, and never trains
-    past the run's total steps.
+def train(model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list, device: torch.device,
+          checkpoint: Path | None = None, resume: bool = False, batch_fn=batches) -> list[FitResult]:
+    """Train `model`'s members on `splits.train_*`, evaluating on `splits.val_*` after every epoch; one
+    result per member. A plain model is one member; a pack (`Members`) is S, member k with `cfgs[k]` (its
+    own seed and lr, the rest shared) and `trackers[k]`.
+
+    Each member draws its batches from its own generator (seeded by its seed, as its separate run's),
+    the loss is the sum of the members' mean losses (so each member's gradient is its own), and one
+    optimizer step updates every member. A member whose loss turns non-finite is recorded as diverged at
+    that step; the others train on. `batch_fn` yields training batches (x, y, lengths) with
+    `data.batches`' signature; a study may pass its own (augmented, or padded to random lengths).
+
+    With `checkpoint`, the full state (model, optimizer, RNGs, loop and members) is saved atomically after
+    every epoch; `resume=True` continues from it, bit-identical on CPU to an unbroken run, and never
+    trains past the run's total steps (a run stopped after its last step trains nothing more).
     """
+    cfg, size = cfgs[0], len(cfgs)
+    packed = isinstance(model, Members)
     epochs, total_steps = plan_steps(cfg, len(splits.train_x))
     norms.set_total_steps(model, total_steps)  # Batch Renorm's schedule is in fractions of the run
-    opt = make_optimizer(model, cfg)
-    lr_at = make_schedule(cfg, total_steps)
-    shuffle = torch.Generator(device=device).manual_seed(cfg.seed)
-    out = FitResult()
+    opt = make_member_optimizer(model, cfgs)
+    schedules = [make_schedule(c, total_steps) for c in cfgs]
+    shuffles = [torch.Generator(device=device).manual_seed(c.seed) for c in cfgs]
+    state, outs = LoopState(), [FitResult() for _ in cfgs]
     if resume and checkpoint is not None and checkpoint.exists():
-        out = _load_checkpoint(checkpoint, model, opt, shuffle)
+        state, outs = load_checkpoint(checkpoint, model, opt, shuffles)
     forward, autocast = accelerate(model, cfg, device)
-    tracker.start(total_steps, out.steps)
+    for t in trackers:
+        t.start(total_steps, state.steps)
 
-    for epoch in range(out.epochs_done, epochs):
-        if out.steps >= total_steps:  # a run resumed after its last step: nothing left to train
+    def losses_of(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(what to differentiate, each member's mean loss)"""
+        if not packed:
+            loss = F.cross_entropy(logits, y)
+            return loss, loss
+        losses = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(size, -1).mean(1)
+        return losses.sum(), losses
+
+    def live() -> list[int]:
+        return [k for k, o in enumerate(outs) if o.status != "diverged"]
+
+    for epoch in range(state.epochs_done, epochs):
+        if state.steps >= total_steps or not live():  # resumed after its last step: nothing left to train
             break
         model.train()
-        window, epoch_start = _Window(), time.perf_counter()
-        for x, y, lengths in batch_fn(splits.train_x, splits.train_y, cfg.batch_size, shuffle=True,
-                                     generator=shuffle, drop_last=True):
-            lr = lr_at(out.steps)
-            for group in opt.param_groups:
-                group["lr"] = lr
+        window, clock = _Window(), _Clock(outs, cfg.batch_size)
+        epoch_batches = (model.member_batches(batch_fn, splits.train_x, splits.train_y, cfg.batch_size, shuffles)
+                         if packed else batch_fn(splits.train_x, splits.train_y, cfg.batch_size, shuffle=True,
+                                                 generator=shuffles[0], drop_last=True))
+        for x, y, lengths in epoch_batches:
+            lrs = [lr_at(state.steps) for lr_at in schedules]
+            set_lrs(opt, lrs)
             with autocast:
                 logits = forward(x, lengths)
-                loss = F.cross_entropy(logits, y)
+                total, losses = losses_of(logits, y)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            total.backward()
             opt.step()
-            window.add(loss, logits, y)
-            out.steps += 1
-            last = out.steps >= total_steps
+            window.add(losses, logits, y)
+            state.steps += 1
+            last = state.steps >= total_steps
             if len(window.items) == cfg.log_every or last:
-                if not _log(window, out, tracker, cfg.batch_size, lr):
+                _log(window, clock, outs, trackers, state.steps, lrs)
+                if not live():
                     break
             if last:
                 break
-        if window.items and out.status != "diverged":  # the epoch's last, partial window
-            _log(window, out, tracker, cfg.batch_size, lr)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        out.train_seconds += time.perf_counter() - epoch_start
-        out.samples = out.steps * cfg.batch_size
-        if out.status == "diverged":
+        if window.items and live():  # the epoch's last, partial window
+            _log(window, clock, outs, trackers, state.steps, lrs)
+        clock.lap(live())
+        if not live():
             break
 
-        val_loss, val_acc = evaluate(forward, batches(splits.val_x, splits.val_y, cfg.eval_batch_size))
-        out.epochs_done = epoch + 1
-        metrics = {"step": out.steps, "loss/val": val_loss, "acc/val": val_acc,
-                   "train_samples_per_s": out.train_samples_per_s}
-        out.history.append({"epoch": out.epochs_done, **metrics})
-        tracker.epoch(out.epochs_done, metrics)
-        if not math.isfinite(val_loss):
-            out.status, out.diverged_step = "diverged", out.steps
-            break
+        val_losses, val_accs = evaluate(model if packed else forward,
+                                        batches(splits.val_x, splits.val_y, cfg.eval_batch_size))
+        if not packed:
+            val_losses, val_accs = [val_losses], [val_accs]
+        state.epochs_done = epoch + 1
+        for k in live():
+            out = outs[k]
+            out.steps, out.epochs_done = state.steps, state.epochs_done
+            metrics = {"step": state.steps, "loss/val": val_losses[k], "acc/val": val_accs[k],
+                       "train_samples_per_s": out.train_samples_per_s}
+            out.history.append({"epoch": out.epochs_done, **metrics})
+            trackers[k].epoch(out.epochs_done, metrics)
+            if not math.isfinite(val_losses[k]):
+                out.status, out.diverged_step = "diverged", state.steps
         if checkpoint is not None:
-            _save_checkpoint(checkpoint, model, opt, shuffle, out)
-    return out
+            save_checkpoint(checkpoint, model, opt, shuffles, state, outs)
+    if packed:
+        model.unpacked()  # every member model holds its trained state
+    return outs
 
 
-def _log(window: _Window, out: FitResult, tracker, batch_size: int, lr: float) -> bool:
-    """Read the window and report it; False (and `out` marked diverged at the exact step) on a
-    non-finite loss."""
-    window.pause()
-    losses, metrics = window.read(batch_size)
-    bad = [i for i, v in enumerate(losses) if not math.isfinite(v)]
-    if bad:
-        out.status, out.diverged_step = "diverged", out.steps - len(losses) + bad[0] + 1
-        return False
-    tracker.step(out.steps, {**metrics, "lr": lr})
-    window.resume()
-    return True
+class _Clock:
+    """Training time and samples per member: each lap (a log point, an epoch's end) is credited to the
+    members still training, so a member that diverges mid-epoch keeps the time it trained."""
+
+    def __init__(self, outs: list[FitResult], batch_size: int):
+        self.outs, self.batch_size = outs, batch_size
+        self.started, self.steps = time.perf_counter(), 0
+
+    def lap(self, members: list[int]) -> None:
+        now = time.perf_counter()
+        for k in members:
+            self.outs[k].train_seconds += now - self.started
+            self.outs[k].samples += self.steps * self.batch_size
+        self.started, self.steps = now, 0
+
+
+def _log(window: _Window, clock: _Clock, outs: list[FitResult], trackers: list, steps: int,
+         lrs: list[float]) -> None:
+    """Read the window and report each live member's part; a member with a non-finite loss is marked
+    diverged at that step (its `steps`), whatever the log interval."""
+    n = len(window.items)
+    clock.steps += n
+    started = clock.started
+    losses, accs = window.read(len(outs))  # the host sync: the clock reads after it
+    members = [k for k, o in enumerate(outs) if o.status != "diverged"]
+    clock.lap(members)
+    seconds = clock.started - started
+    for k in members:
+        out = outs[k]
+        bad = [i for i, v in enumerate(losses[k]) if not math.isfinite(v)]
+        if bad:
+            out.status = "diverged"
+            out.steps = out.diverged_step = steps - n + bad[0] + 1
+            continue
+        out.steps = steps
+        trackers[k].step(steps, {"loss/train": sum(losses[k]) / n, "acc/train": accs[k],
+                                 "throughput/samples_per_s": n * clock.batch_size / max(seconds, 1e-9),
+                                 "lr": lrs[k]})
 
 
 def accelerate(model: nn.Module, cfg: Config, device: torch.device):
@@ -315,38 +375,54 @@ def accelerate(model: nn.Module, cfg: Config, device: torch.device):
     return forward, autocast
 
 
-def save_checkpoint(path: Path, model, opt, generators: dict, fit) -> None:
-    """The full training state, atomically: model, optimizer, torch's RNGs, the loop's own generators'
-    states (`generators`, under rng) and what the loop has done (`fit`). No scheduler state: the learning
-    rate is a function of the step."""
+CHECKPOINT_FORMAT = 2  # 1: before one loop served runs and packs (read below)
+
+
+def save_checkpoint(path: Path, model, opt, shuffles: list[torch.Generator], state: LoopState,
+                    outs: list[FitResult]) -> None:
+    """The full training state, atomically: model, optimizer, torch's RNGs, each member's batch generator,
+    where the loop is and what each member has done. No scheduler state: the learning rate is a function
+    of the step."""
     from normbench.results import atomic_write_bytes
 
-    state = {
-        "model": model.state_dict(), "optimizer": opt.state_dict(),
+    blob = {
+        "format": CHECKPOINT_FORMAT, "model": model.state_dict(), "optimizer": opt.state_dict(),
         "rng": {"torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [], **generators},
-        "fit": fit,
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "shuffles": [g.get_state() for g in shuffles]},
+        "loop": dict(state.__dict__), "members": [dict(o.__dict__) for o in outs],
     }
-    atomic_write_bytes(path, lambda f: torch.save(state, f))
+    atomic_write_bytes(path, lambda f: torch.save(blob, f))
 
 
-def load_checkpoint(path: Path, model, opt) -> dict:
-    """Restore model, optimizer and torch's RNGs from `path`; the state, for the loop's generators and fit."""
+def load_checkpoint(path: Path, model, opt, shuffles: list[torch.Generator]) -> tuple[LoopState, list[FitResult]]:
+    """Restore model, optimizer, RNGs and generators from `path`; (the loop's state, each member's)."""
     # weights_only=True: a checkpoint is data, never code to run.
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    model.load_state_dict(state["model"])
-    opt.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["rng"]["torch"])
-    if state["rng"]["cuda"]:
-        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-    return state
+    blob = _current(torch.load(path, map_location="cpu", weights_only=True), path)
+    if len(blob["members"]) != len(shuffles):
+        raise UserError(f"{path} holds {len(blob['members'])} members, this run trains {len(shuffles)}",
+                        "resume with the same pack.seeds and pack.lrs, or choose a new hydra.run.dir")
+    model.load_state_dict(blob["model"])
+    opt.load_state_dict(blob["optimizer"])
+    torch.set_rng_state(blob["rng"]["torch"])
+    if blob["rng"]["cuda"]:
+        torch.cuda.set_rng_state_all(blob["rng"]["cuda"])
+    for g, s in zip(shuffles, blob["rng"]["shuffles"]):
+        g.set_state(s)
+    return LoopState(**blob["loop"]), [FitResult(**m) for m in blob["members"]]
 
 
-def _save_checkpoint(path: Path, model, opt, shuffle: torch.Generator, out: FitResult) -> None:
-    save_checkpoint(path, model, opt, {"shuffle": shuffle.get_state()}, dict(out.__dict__))
-
-
-def _load_checkpoint(path: Path, model, opt, shuffle: torch.Generator) -> FitResult:
-    state = load_checkpoint(path, model, opt)
-    shuffle.set_state(state["rng"]["shuffle"])
-    return FitResult(**state["fit"])
+def _current(blob: dict, path: Path) -> dict:
+    """A checkpoint in today's format. Format 1 (no "format" key) kept a run's loop state in its one
+    member, and a pack's in member 0, which stops counting when it diverges: the loop's state is then the
+    furthest any member got (a live member's), which is where the pack was."""
+    version = blob.get("format", 1)
+    if version == CHECKPOINT_FORMAT:
+        return blob
+    if version != 1:
+        raise UserError(f"{path} was written by a newer normbench (checkpoint format {version})",
+                        "resume it with that version, or delete it to start over")
+    fits = blob["fit"] if isinstance(blob["fit"], list) else [blob["fit"]]
+    shuffles = blob["rng"].get("shuffles") or [blob["rng"]["shuffle"]]
+    loop = {"steps": max(f["steps"] for f in fits), "epochs_done": max(f["epochs_done"] for f in fits)}
+    return {**blob, "rng": {**blob["rng"], "shuffles": shuffles}, "loop": loop, "members": fits}

@@ -1,6 +1,7 @@
 """The optimizer, its learning rate, and how that rate follows the step and the batch size.
 
     opt = make_optimizer(model, cfg)            # AdamW or SGD, one fused kernel for all parameters
+    opt = make_member_optimizer(model, cfgs)    # ... or a pack's, its members with their own lrs
     lr_at = make_schedule(cfg, total_steps)     # step -> lr: warmup, then cosine or constant
     base = scaled_lr(cfg)                       # cfg.lr scaled from lr_ref_batch to batch_size
 """
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 
 from normbench.config import Config, LrScaling, Optimizer, Schedule
+from normbench.pack.optim import MemberLR
 
 
 def scaled_lr(cfg: Config) -> float:
@@ -48,3 +50,20 @@ def make_schedule(cfg: Config, total_steps: int) -> Callable[[int], float]:
         return cfg.lr * (0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
     return lr_at
+
+
+def make_member_optimizer(model: nn.Module, cfgs: list[Config]) -> torch.optim.Optimizer:
+    """The optimizer of a model's members (`cfgs[k]` is member k's): torch's fused one when they share
+    one lr (a plain run always), `MemberLR` when a pack's members have their own."""
+    if len({c.lr for c in cfgs}) == 1:
+        return make_optimizer(model, cfgs[0])
+    return MemberLR(model, len(cfgs), cfgs[0])
+
+
+def set_lrs(opt: torch.optim.Optimizer, lrs: list[float]) -> None:
+    """This step's learning rate, one per member."""
+    if isinstance(opt, MemberLR):
+        opt.set_lrs(lrs)
+        return
+    for group in opt.param_groups:
+        group["lr"] = lrs[0]

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from normbench.cells import StepNorm
+from normbench.members import Members
 
 DEFAULT_SAMPLES = 10_000  # Wu & Johnson: ~10k samples make the estimate's error negligible (their figure 3)
 
@@ -120,7 +121,7 @@ def recompute_statistics(model: nn.Module, batches: Iterable[Any], num_samples: 
                 break
             x, lengths = _inputs(batch)
             model(x) if lengths is None else model(x, lengths)
-            seen += x.shape[getattr(model, "batch_dim", 0)]  # a pack's batches are (members, N, ...)
+            seen += x.shape[model.batch_dim if isinstance(model, Members) else 0]  # a pack's: (S, N, ...)
     finally:
         for m in modules:
             m.__dict__.pop("stats_sink", None)

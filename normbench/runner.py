@@ -1,13 +1,18 @@
-"""One run, start to finish, from a typed `Config`: data -> norm constructor -> model -> fit -> results.json.
+"""A run, start to finish, from a typed `Config`: data -> norm constructor -> model -> train -> results.json.
 
     results = run(Config(model=ModelConfig(name="cnn")), run_dir=Path("outputs/try"))
+    summary = run(Config(pack=PackConfig(seeds=[0, 1, 2])), run_dir=Path("outputs/pack"))
+    # outputs/pack/seed=0/results.json ... each member written as the run it stands for
 
-The CLI calls this with the config Hydra composed; tests and library users call it directly. What a
-study adds (its batches, its extra evaluations) comes from `normbench.studies`.
+The CLI calls this with the config Hydra composed; tests and library users call it directly. A plain run
+is one member, a pack (`pack.seeds`, `pack.lrs`; normbench.pack) S members: both go through one
+lifecycle (`_train_members`) and one training loop (`engine.train`). What a study adds (its batches,
+its extra evaluations) comes from `normbench.studies`.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -15,13 +20,15 @@ from typing import Any
 
 import torch
 
-from normbench import cells, data, guards, models, norms, probe, studies
-from normbench.config import Config, NormConfig, to_dict
+from normbench import cells, data, engine, guards, models, norms, probe, studies
+from normbench.config import Config, NormConfig, PackMode, to_dict
 from normbench.data import batches
-from normbench.engine import evaluate, fit, pick_device
+from normbench.engine import evaluate, pick_device
 from normbench.errors import UserError
 from normbench.optim import scaled_lr
-from normbench.results import git_sha, versions, write_results
+from normbench.pack import plan
+from normbench.pack.model import PackedModel
+from normbench.results import PACK, atomic_write_text, git_sha, versions, write_results
 from normbench.tracking import RichTracker, TensorBoardTracker, Trackers
 
 CHECKPOINT = guards.CHECKPOINT
@@ -57,10 +64,8 @@ def validate(cfg: Config) -> None:
         if not ok:
             raise UserError(what, fix)
     studies.for_config(cfg).validate(cfg)
-    if cfg.pack.seeds is not None or cfg.pack.lrs is not None:
-        from normbench.pack.runner import validate_pack
-
-        validate_pack(cfg)
+    if plan.is_pack(cfg):
+        plan.validate_pack(cfg)
 
 
 def make_trackers(cfg: Config, run_dir: Path, config_dict: dict,
@@ -75,11 +80,17 @@ def make_trackers(cfg: Config, run_dir: Path, config_dict: dict,
     return Trackers(trackers)
 
 
-def start_results(cfg: Config, run_dir: Path) -> dict[str, Any]:
+TRAINED = ("unfinished: trained, but stopped before its evaluations finished; rerun the same command with "
+           "resume=true to finish them from checkpoint.pt (no retraining)")
+
+
+def start_results(cfg: Config, run_dir: Path, packed: dict | None = None) -> dict[str, Any]:
     """The results a run writes before it starts: "failed, unfinished", so a run killed from then on leaves
-    a results.json that says so."""
+    a results.json that says so. A run says completed only once every number it promises is in."""
     results: dict[str, Any] = {"status": "failed", "error": guards.UNFINISHED, "config": to_dict(cfg),
                                "versions": versions(), "git_sha": git_sha()}
+    if packed is not None:
+        results["packed"] = packed
     write_results(run_dir, results)
     return results
 
@@ -104,11 +115,11 @@ def build_model(cfg: Config, make: norms.NormFactory, splits: data.Splits, devic
     return model
 
 
-def record_fit(results: dict[str, Any], fitted, model: torch.nn.Module) -> None:
-    """Record how training went (the history, its status, what the model is)."""
-    results.pop("error", None)
+def record_fit(results: dict[str, Any], fitted: engine.FitResult, model: torch.nn.Module) -> None:
+    """Record how training went (the history, what the model is). A diverged run is finished; a run that
+    trained to the end is not, until its evaluations are in (`finish`)."""
     results.update(
-        status=fitted.status, steps=fitted.steps, epochs_done=fitted.epochs_done,
+        steps=fitted.steps, epochs_done=fitted.epochs_done,
         train_samples_per_s=fitted.train_samples_per_s, history=fitted.history,
         val_acc=fitted.history[-1]["acc/val"] if fitted.history else None,
         diverged_step=fitted.diverged_step,
@@ -116,6 +127,18 @@ def record_fit(results: dict[str, Any], fitted, model: torch.nn.Module) -> None:
         samples_per_step=cells.samples_per_step(model),  # per-step recurrent BN: what each step's saw
         test_acc=None,
     )
+    if fitted.status == "diverged":
+        results.pop("error", None)
+        results["status"] = "diverged"
+    else:
+        results["error"] = TRAINED
+
+
+def finish(results: dict[str, Any], tested: dict[str, Any]) -> None:
+    """Every number is in: the run is completed."""
+    results.update(tested)
+    results.pop("error", None)
+    results["status"] = "completed"
 
 
 def test_results(model: torch.nn.Module, splits: data.Splits, cfg: Config) -> dict[str, Any]:
@@ -137,36 +160,88 @@ def close_results(results: dict[str, Any], run_dir: Path, started: float, tracke
 
 
 def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list] | None = None) -> dict[str, Any]:
-    """Train and test one configuration; write `run_dir/results.json` (also when the run fails, setup
-    included, so a sweep's summary can list the failure). `hparam_domains`: extra discrete HParams
+    """Train and test `cfg`; write `run_dir/results.json` (also when the run fails, setup included, so a
+    sweep's summary can list the failure) and return it. `hparam_domains`: extra discrete HParams
     domains, e.g. {"batch_size": [2, 8, 32]} from the sweep this run belongs to. With `pack.seeds` or
-    `pack.lrs` set, the members train packed (normbench.pack) and this returns the pack's summary."""
-    if cfg.pack.seeds is not None or cfg.pack.lrs is not None:
-        from normbench.pack.runner import run_pack
-
-        return run_pack(cfg, Path(run_dir), hparam_domains)
-    started = time.perf_counter()
+    `pack.lrs`, each member is written in its own subdirectory and this returns the pack's summary."""
     run_dir = Path(run_dir)
-    config_dict = to_dict(cfg)
+    if not plan.is_pack(cfg):
+        return _train_members(cfg, [(run_dir, cfg, None)], run_dir, hparam_domains, tracker=tracker)[0]
+    plan.validate_pack(cfg)
+    pack = plan.members(cfg)
+    names = [n for n, _ in pack]
+    # The members differ in seed (and lr): TensorBoard's HParams shows those axes as a sweep's would
+    hparam_domains = {**(hparam_domains or {}), **{k: sorted({getattr(m, k) for _, m in pack}) for k in ("seed", "lr")}}
+    mode = plan.mode_for(cfg, pick_device(cfg.device).type)
+    where = {"dir": str(run_dir), "members": len(pack), "mode": str(mode)}
     guards.check_writable(run_dir)
-    if cfg.resume and (finished := guards.resume_state(run_dir, config_dict)) is not None:
-        return finished
-    results = start_results(cfg, run_dir)
+    # The pack's own record: its members and its config (summarize lists the members, not this directory)
+    atomic_write_text(run_dir / PACK, json.dumps({**where, "names": names, "config": to_dict(cfg)}, indent=2) + "\n")
+    members = [(run_dir / name, m, {**where, "index": k, "name": name}) for k, (name, m) in enumerate(pack)]
+    if mode == PackMode.sequential:  # one after another, each its own one-member run (and checkpoint)
+        results = [_train_members(m, [(d, m, w)], d, hparam_domains)[0] for d, m, w in members]
+    else:
+        results = _train_members(cfg, members, run_dir, hparam_domains)
+    return _summary(names, results)
+
+
+def _summary(names: list[str], results: list[dict]) -> dict[str, Any]:
+    statuses = [r["status"] for r in results]
+    status = "failed" if "failed" in statuses else "diverged" if "diverged" in statuses else "completed"
+    return {"status": status, "members": [
+        {"name": n, "status": r["status"], "diverged_step": r.get("diverged_step"), "test_acc": r.get("test_acc")}
+        for n, r in zip(names, results)]}
+
+
+def _train_members(cfg: Config, members: list[tuple], checkpoint_dir: Path,
+                   hparam_domains: dict[str, list] | None, tracker=None) -> list[dict[str, Any]]:
+    """The one lifecycle: members [(run_dir, member config, where it was packed or None)] trained as one model
+    (a plain model for one, a `PackedModel` for several), each written as its own run. Every member not
+    finished when anything stops it (a crash, a user error, Ctrl-C, its test suite cut short) is written
+    as failed with why; what was already written stays."""
+    started = time.perf_counter()
+    dirs, cfgs, wheres = zip(*members)
+    for d in dirs:
+        guards.check_writable(d)
+    if cfg.resume:
+        finished = [guards.finished_results(d, to_dict(c)) for d, c in zip(dirs, cfgs)]
+        if all(f is not None for f in finished):
+            return finished
+        guards.check_checkpoint(checkpoint_dir / CHECKPOINT)
+    results = [start_results(c, d, w) for d, c, w in members]
+    trackers: list = [None] * len(members)
     try:
-        device, make = setup(cfg)
+        device, make = setup(cfgs[0])
         splits = data.load(cfg.data, device)
-        model = build_model(cfg, make, splits, device, results)
-        tracker = tracker or make_trackers(cfg, run_dir, config_dict, hparam_domains)
-        if cfg.norm.track_stats:  # forward hooks on the norm layers; when off, none exist
-            probe.attach(model, tracker, cfg.norm.track_every)
-        fitted = fit(model, splits, replace(cfg, lr=results["lr_effective"]), tracker, device,  # records the base lr
-                     checkpoint=run_dir / CHECKPOINT, resume=cfg.resume, batch_fn=studies.for_config(cfg).train_batches(cfg))
-        record_fit(results, fitted, model)
-        if fitted.status == "completed":
-            results.update(test_results(model, splits, cfg))
-    except BaseException as e:  # a crash, a user error or Ctrl-C: record it, keep what was written, re-raise
-        results["status"], results["error"] = "failed", guards.describe(e)
+        nets = [build_model(c, make, splits, device, r) for c, r in zip(cfgs, results)]
+        if len(nets) == 1:
+            model = nets[0]
+            trackers = [tracker or make_trackers(cfg, dirs[0], to_dict(cfgs[0]), hparam_domains)]
+            if cfg.norm.track_stats:  # forward hooks on the norm layers; when off, none exist
+                probe.attach(model, trackers[0], cfg.norm.track_every)
+        else:
+            model = PackedModel(nets, seeds=[c.seed for c in cfgs],
+                                packs=lambda batch: plan.packs_faster(replace(cfg, batch_size=batch), device.type))
+            model = model.to(device)
+            title = f"{cfg.model.name}/{cfg.norm.name} bs={cfg.batch_size} · {len(nets)} packed, showing {dirs[0].name}"
+            trackers = [make_trackers(replace(c, progress=c.progress and k == 0), d, to_dict(c), hparam_domains,
+                                      title=title) for k, (c, d) in enumerate(zip(cfgs, dirs))]
+        fitted = engine.train(model, splits, [replace(c, lr=r["lr_effective"]) for c, r in zip(cfgs, results)],
+                              trackers, device, checkpoint=checkpoint_dir / CHECKPOINT, resume=cfg.resume,
+                              batch_fn=studies.for_config(cfg).train_batches(cfg))  # results record the base lr
+        for res, fit, net in zip(results, fitted, nets):
+            record_fit(res, fit, net)
+        if any(f.status == "completed" for f in fitted):  # every member's test suite at once
+            tested = test_results(model, splits, cfg)
+            for k, (res, fit) in enumerate(zip(results, fitted)):
+                if fit.status == "completed":
+                    finish(res, plan.member_values(tested, k) if len(nets) > 1 else tested)
+    except BaseException as e:  # a crash, a user error or Ctrl-C: every unfinished member records why
+        for res in results:
+            if "error" in res:
+                res["status"], res["error"] = "failed", guards.describe(e)
         raise
     finally:
-        close_results(results, run_dir, started, tracker)
+        for res, d, t in zip(results, dirs, trackers):
+            close_results(res, d, started, t)
     return results

@@ -59,7 +59,7 @@ def main() -> None:
     kill_mid_epoch(proc, out / "k" / "checkpoint.pt")
     import torch  # only here: the three runs above should not wait for it
 
-    state = torch.load(out / "k" / "checkpoint.pt", weights_only=True)["fit"]
+    state = torch.load(out / "k" / "checkpoint.pt", weights_only=True)["loop"]
     print(f"k: SIGKILL after {state['epochs_done']} epochs ({state['steps']} steps checkpointed); results.json "
           f"says: {json.loads((out / 'k' / 'results.json').read_text())['error'][:60]}...")
     proc = train(out / "k", overrides, "resume=true")

@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_module
-from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from conftest import CHILD_ENV, normbench_cli
 from normbench import data, models, norms
-from normbench.config import Config, DataConfig, ModelConfig, NormConfig, schema
+from normbench.cli import store_configs
+from normbench.config import Config, DataConfig, ModelConfig, NormConfig
 from normbench.data import cifar10
 from normbench.errors import UserError
 from normbench.runner import run
@@ -240,7 +240,7 @@ def patched_cli(*args: str, cwd: Path):
 
 def test_data_cifar10_composes_with_typed_augment_keys():
     """Reference: the typed schema; data=cifar10 and its augment keys compose, a wrong type fails."""
-    ConfigStore.instance().store(name="base_config", node=schema())
+    store_configs()
     with initialize_config_module("normbench.configs", version_base="1.3"):
         cfg = OmegaConf.to_object(compose("config", overrides=["data=cifar10", "data.augment=true"]))
         assert cfg.data.name == "cifar10" and cfg.data.augment is True and cfg.data.crop_padding == 4

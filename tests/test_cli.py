@@ -6,11 +6,11 @@ from dataclasses import replace
 import pytest
 import torch
 from hydra import compose, initialize_config_module
-from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from conftest import normbench_cli
 from normbench import data, models, norms
+from normbench.cli import store_configs
 from normbench.config import Config, schema
 
 CONTRACT = ("status", "test_acc", "val_acc", "train_samples_per_s", "wall_s", "epochs_done", "history",
@@ -18,7 +18,7 @@ CONTRACT = ("status", "test_acc", "val_acc", "train_samples_per_s", "wall_s", "e
 
 
 def _compose(overrides):
-    ConfigStore.instance().store(name="base_config", node=schema())
+    store_configs()
     with initialize_config_module("normbench.configs", version_base="1.3"):
         return compose("config", overrides=overrides)
 
@@ -26,6 +26,26 @@ def _compose(overrides):
 GROUP_OPTIONS = [f"{g}={o}" for g, opts in {
     "model": ["mlp", "cnn", "rnn"], "norm": ["none", "bn", "ln", "in", "gn"], "data": ["fashion_mnist"],
 }.items() for o in opts]
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn", "rnn"])
+def test_hydra_shows_each_models_real_defaults(model):
+    """Reference: MODEL_DEFAULTS, the one place they are written. What Hydra composes (what `--cfg job`,
+    `--help` and .hydra/config.yaml show) holds them before any dataclass fills them in, and keys the
+    model does not use stay null."""
+    composed = OmegaConf.to_container(_compose([f"model={model}"]).model)
+    want = {"mlp": {"hidden": 256, "depth": 2, "dropout": 0.0, "channels": None, "cell": None},
+            "cnn": {"hidden": 256, "channels": [32, 64], "dropout": 0.25, "depth": None, "cell": None},
+            "rnn": {"hidden": 256, "depth": 1, "cell": "rnn", "placement": "output", "channels": None}}[model]
+    assert {k: composed[k] for k in want} == want
+
+
+def test_cfg_job_prints_the_cnns_defaults(tmp_path):
+    """Reference: the CNN's defaults (32/64 channels, 256 hidden, dropout 0.25) as the command prints them."""
+    r = normbench_cli("train", "model=cnn", "--cfg", "job", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    model = OmegaConf.create(r.stdout).model
+    assert model.channels == [32, 64] and model.hidden == 256 and model.dropout == 0.25 and model.depth is None
 
 
 @pytest.mark.parametrize("override", GROUP_OPTIONS)

@@ -6,21 +6,22 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
-from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from conftest import CHILD_ENV, write_tiny_fashion_mnist
+import normbench
 from normbench import cli, guards, models, norms, runner
-from normbench.config import MODEL_DEFAULTS, Config, DataConfig, ModelConfig, data_root, runtime_keys, schema, to_dict
+from normbench.config import MODEL_DEFAULTS, Config, DataConfig, ModelConfig, data_root, runtime_keys, to_dict
 from normbench.errors import UserError
 from normbench.tracking import NullTracker
 
 
 def _compose(overrides):
-    ConfigStore.instance().store(name="base_config", node=schema())
+    cli.store_configs()
     cli.register_resolvers()
     with initialize_config_module("normbench.configs", version_base="1.3"):
         return compose("config", overrides=overrides)
@@ -29,11 +30,11 @@ def _compose(overrides):
 @pytest.mark.parametrize("name", models.names())
 def test_command_line_and_library_build_the_same_default_model(name):
     """Reference: `ModelConfig(name=...)`, what bench, scripts and library users build, against the
-    config Hydra composes for `model=NAME`: the same values, and the same network (parameter shapes)."""
-    composed = OmegaConf.to_object(_compose([f"model={name}"])).model
-    assert to_dict(composed) == to_dict(ModelConfig(name=name))
-    for key, value in MODEL_DEFAULTS[name].items():
-        assert getattr(composed, key) == value, key
+    config Hydra composes for `model=NAME`, read as Hydra holds it (before any dataclass's __post_init__
+    could fill a default in): the same values, and the same network (parameter shapes)."""
+    raw = _compose([f"model={name}"]).model
+    assert OmegaConf.to_container(raw, enum_to_str=True) == to_dict(ModelConfig(name=name))
+    composed = OmegaConf.to_object(raw)
     shapes = [[tuple(p.shape) for p in models.create(m, norms.factory("bn"), (1, 28, 28), 10).parameters()]
               for m in (composed, ModelConfig(name=name))]
     assert shapes[0] == shapes[1]
@@ -100,16 +101,20 @@ def test_runtime_keys_are_declared_once_and_used_by_resume():
 def test_runs_started_together_get_their_own_directories(tmp_path):
     """Reference: three `normbench train` processes started at once in one directory (the bug: they
     shared `outputs/<date>/<second>` and wrote one results.json between them) leave three run
-    directories, each with its own completed results.json."""
+    directories, each with its own completed results.json. The collision is made certain, not left to
+    the clock: every process is given the same directory name but for `${nb.pid:}`, the part the
+    shipped run and sweep directories end with."""
+    shipped = OmegaConf.load(Path(normbench.__file__).parent / "configs" / "config.yaml").hydra
+    assert shipped.run.dir.endswith("_${nb.pid:}") and shipped.sweep.dir.endswith("_${nb.pid:}")
     root = write_tiny_fashion_mnist(tmp_path / "data")
     env = dict(CHILD_ENV)
     args = [sys.executable, "-m", "normbench", "train", f"data.root={root}", "data.val_size=100",
             "data.download=false", "max_steps=3", "batch_size=16", "progress=false", "tensorboard=false",
-            "threads=1"]
+            "threads=1", "hydra.run.dir=outputs/same_${nb.pid:}"]
     procs = [subprocess.Popen([*args, f"seed={i}"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
              for i in range(3)]
     for p in procs:
         assert p.wait(timeout=300) == 0, p.stderr.read()
-    found = sorted((tmp_path / "outputs").glob("*/*/results.json"))
+    found = sorted((tmp_path / "outputs").glob("same_*/results.json"))
     assert len(found) == 3
     assert sorted(json.loads(f.read_text())["config"]["seed"] for f in found) == [0, 1, 2]

@@ -1,7 +1,6 @@
 """The training loop: schedule, optimizer, divergence, resume, AMP and compile, and the bench's output."""
 
 import json
-import math
 import time
 from dataclasses import replace
 
@@ -170,10 +169,11 @@ class NanAt(nn.Module):
 
 @pytest.mark.parametrize("at", [1, 7, 10, 13])
 def test_divergence_step_is_exact(at):
-    """Reference: the step whose loss first became NaN, inside a log window or on its edge."""
+    """Reference: the step whose loss first became NaN, inside a log window or on its edge: the loop reads
+    losses once per window (log_every=5) and still names that step, and records it as the run's steps."""
     cfg = tiny_cfg(log_every=5)
     out = fit(NanAt(build(cfg), at), tiny_splits(), cfg, NullTracker(), CPU)
-    assert out.status == "diverged" and out.diverged_step == at
+    assert out.status == "diverged" and out.diverged_step == out.steps == at
 
 
 def test_resume_is_bit_identical(tmp_path):
@@ -212,16 +212,22 @@ def test_amp_bf16_on_cpu():
     assert all(p.dtype == torch.float32 for p in net.parameters())  # master weights stay fp32
 
 
-def test_compile_on_cpu():
-    """Reference: the eager model; torch.compile'd training runs and its first step's logits match eager."""
-    cfg = tiny_cfg(epochs=1, compile=True, model=ModelConfig(name="mlp", hidden=16))
-    net = build(cfg)
-    x = tiny_splits().train_x[:16]
-    eager = net(x)
-    compiled = torch.compile(net)(x)
-    torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
-    out = fit(net, tiny_splits(), cfg, NullTracker(), CPU)
-    assert out.status == "completed" and math.isfinite(out.history[-1]["loss/val"])
+def test_compile_true_trains_the_compiled_model_to_the_eager_losses(monkeypatch):
+    """Reference: the same run with compile=false. With compile=true the engine steps the model that
+    torch.compile returned (counted here) and every step's loss matches eager's to float32 tolerance."""
+    compiled = []
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: compiled.append(m) or real(m, **kw))
+    losses = {}
+    for on in (False, True):
+        cfg = tiny_cfg(epochs=1, max_steps=12, log_every=1, compile=on, model=ModelConfig(name="mlp", hidden=16))
+        rec = Recorder()
+        net = build(cfg)
+        out = fit(net, tiny_splits(), cfg, rec, CPU)
+        assert out.status == "completed"
+        losses[on] = [m["loss/train"] for _, m in rec.steps]
+        assert len(compiled) == int(on) and (not on or compiled[0] is net)
+    torch.testing.assert_close(torch.tensor(losses[True]), torch.tensor(losses[False]), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -318,15 +324,27 @@ def test_event_file_reads_back(tmp_path):
 
 
 @pytest.mark.parametrize("shuffle,drop_last", [(True, True), (True, False), (False, True), (False, False)])
-def test_batches_match_indexing_by_permutation(shuffle, drop_last):
-    """Reference: x[perm[i:i + b]] over the same generator's permutation (the plain way to batch)."""
+def test_batches_cover_the_data_once_in_the_seeds_order(shuffle, drop_last):
+    """Reference: what an epoch of batches must be, not how it is made: every sample at most once and
+    paired with its own label, batches of 8 (the last partial one only without drop_last), in order when
+    not shuffled; shuffled, the order is the generator's (same seed, same order; another seed, another)."""
     from normbench.data import batches
 
-    x, y = torch.randn(50, 1, 2, 2), torch.arange(50)
-    got = list(batches(x, y, 8, shuffle=shuffle, generator=torch.Generator().manual_seed(3), drop_last=drop_last))
-    perm = torch.randperm(50, generator=torch.Generator().manual_seed(3)) if shuffle else torch.arange(50)
-    stops = range(0, 48 if drop_last else 50, 8)
-    assert len(got) == len(stops)
-    for (bx, by, lengths), i in zip(got, stops):
-        idx = perm[i:i + 8]
-        assert torch.equal(bx, x[idx]) and torch.equal(by, y[idx]) and lengths is None
+    x, y = torch.arange(50.0).view(50, 1, 1, 1).expand(50, 1, 2, 2), torch.arange(50)
+
+    def epoch(seed: int) -> list:
+        return list(batches(x, y, 8, shuffle=shuffle, generator=torch.Generator().manual_seed(seed),
+                            drop_last=drop_last))
+
+    got = epoch(3)
+    assert [len(b[1]) for b in got] == [8] * 6 + ([] if drop_last else [2])
+    seen = torch.cat([b[1] for b in got])
+    assert len(set(seen.tolist())) == len(seen) == (48 if drop_last else 50)
+    for bx, by, lengths in got:
+        assert torch.equal(bx[:, 0, 0, 0], by.float()) and lengths is None  # each image with its label
+    if shuffle:
+        assert torch.equal(seen, torch.cat([b[1] for b in epoch(3)]))
+        assert not torch.equal(seen, torch.cat([b[1] for b in epoch(4)]))
+        assert not torch.equal(seen, torch.arange(len(seen)))
+    else:
+        assert torch.equal(seen, torch.arange(len(seen)))

@@ -6,12 +6,11 @@ from pathlib import Path
 import pytest
 import yaml
 from hydra import compose, initialize_config_module
-from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from conftest import normbench_cli
 from normbench import norms
-from normbench.config import schema
+from normbench.cli import store_configs
 from normbench.runner import norm_options
 
 CONFIGS = Path(norms.__file__).resolve().parents[1] / "configs" / "norm"
@@ -37,7 +36,7 @@ def test_config_values_are_the_build_defaults(name):
 @pytest.mark.parametrize("name", norms.names())
 def test_config_composes_and_builds(name):
     """Reference: the typed schema (config.py) and norms.create, through the runner's option filter."""
-    ConfigStore.instance().store(name="base_config", node=schema())
+    store_configs()
     with initialize_config_module("normbench.configs", version_base="1.3"):
         cfg = OmegaConf.to_object(compose("config", overrides=[f"norm={name}"]))
     layout = norms.get(name).layouts[-1]

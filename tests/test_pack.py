@@ -15,11 +15,10 @@ import torch
 from conftest import normbench_cli
 from normbench import data, norms, runner, studies
 from normbench.config import Config, DataConfig, ModelConfig, NormConfig, PackConfig, VarLenConfig
-from normbench.engine import fit
+from normbench.engine import fit, train
 from normbench.errors import UserError
-from normbench.pack.fit import fit_packed
-from normbench.pack.model import pack_models
-from normbench.pack.runner import members as pack_members
+from normbench.pack.model import PackedModel
+from normbench.pack.plan import members as pack_members
 from normbench.tracking import NullTracker
 
 STEPS, TOL = 50, 1e-8
@@ -55,15 +54,14 @@ def separate(cfg: Config, splits):
 
 
 def packed(cfg: Config, splits):
-    """The same members as one pack, as pack.runner trains them."""
+    """The same members as one pack, as runner.run trains them (engine.train over a PackedModel)."""
     pack = pack_members(cfg)
     device, make = runner.setup(pack[0][1])
     results = [{} for _ in pack]
     models = [runner.build_model(m, make, splits, device, r) for (_, m), r in zip(pack, results)]
     trackers = [Losses() for _ in pack]
-    fitted = fit_packed(pack_models(models), models, splits,
-                        [replace(m, lr=r["lr_effective"]) for (_, m), r in zip(pack, results)], trackers, device,
-                        batch_fn=studies.for_config(cfg).train_batches(cfg))
+    fitted = train(PackedModel(models), splits, [replace(m, lr=r["lr_effective"]) for (_, m), r in zip(pack, results)],
+                   trackers, device, batch_fn=studies.for_config(cfg).train_batches(cfg))
     return [(t.losses, m, f) for t, m, f in zip(trackers, models, fitted)], [m for _, m in pack]
 
 
@@ -286,9 +284,9 @@ def test_packed_results_json_equals_separate_runs(name, tiny_root, tmp_path):
 
 
 def test_where_packing_loses_the_members_run_one_after_another(tiny_root, tmp_path):
-    """Reference: the bench's crossover (pack.runner.PACK_LIMITS): a CNN at batch 64 is not packed under
+    """Reference: the bench's crossover (pack.plan.PACK_LIMITS): a CNN at batch 64 is not packed under
     pack.mode=auto, and its members are written exactly as a pack's are."""
-    from normbench.pack.runner import packs_faster
+    from normbench.pack.plan import packs_faster
 
     cfg = config(tiny_root, "cnn", "gn", pack=PackConfig(seeds=[0, 1]), batch_size=64)
     cfg.max_steps = 3
@@ -304,8 +302,9 @@ def test_where_packing_loses_the_members_run_one_after_another(tiny_root, tmp_pa
 
 @pytest.mark.parametrize("model,norm", [("mlp", "bn"), ("cnn", "brn"), ("rnn", "ln")])
 def test_a_pack_scores_every_member_as_the_member_alone(model, norm, tiny_root):
-    """Reference: engine.evaluate on each member model. A pack evaluates all members in one pass, in eval
-    mode and with batch statistics, through the pack (small batches) or member by member (large ones)."""
+    """Reference: engine.evaluate on each member model. A pack evaluates all members in one pass through
+    its packed forward, in eval mode and with batch statistics, at small and large batches; where its
+    limit says so (large batches) it scores them member by member instead."""
     from normbench.engine import evaluate
     from normbench.pack.model import unpack
 
@@ -320,11 +319,19 @@ def test_a_pack_scores_every_member_as_the_member_alone(model, norm, tiny_root):
         for _ in range(3):  # away from the initial statistics, members apart
             for m in models:
                 m.train()(splits.train_x[:8])
-        for packs in (None, lambda batch: batch < 100):
-            packed_model = pack_models(models, packs=packs)
-            for bs, batch_stats in ((4, False), (4, True), (200, False), (200, True)):
-                got = evaluate(packed_model, data.batches(splits.test_x, splits.test_y, bs, drop_last=True), batch_stats)
-                unpack(packed_model, models)
-                for k, m in enumerate(models):
-                    want = evaluate(m, data.batches(splits.test_x, splits.test_y, bs, drop_last=True), batch_stats)
-                    assert got[0][k] == pytest.approx(want[0], abs=TOL) and got[1][k] == want[1], (bs, batch_stats, k)
+        packed_model = PackedModel(models)  # every batch through the packed forward
+        for bs, batch_stats in ((4, False), (4, True), (200, False), (200, True)):
+            got = evaluate(packed_model, data.batches(splits.test_x, splits.test_y, bs, drop_last=True), batch_stats)
+            unpack(packed_model, models)
+            for k, m in enumerate(models):
+                want = evaluate(m, data.batches(splits.test_x, splits.test_y, bs, drop_last=True), batch_stats)
+                assert got[0][k] == pytest.approx(want[0], abs=TOL) and got[1][k] == want[1], (bs, batch_stats, k)
+        # Past the pack's limit the members are scored one by one (the reference itself): the packed
+        # forward must not run then, and must below it.
+        limited = PackedModel(models, packs=lambda batch: batch < 100)
+        calls: list[int] = []
+        limited.net.register_forward_hook(lambda *a: calls.append(1))
+        evaluate(limited, data.batches(splits.test_x, splits.test_y, 200, drop_last=True))
+        assert calls == []
+        evaluate(limited, data.batches(splits.test_x, splits.test_y, 4, drop_last=True))
+        assert calls

@@ -60,6 +60,24 @@ def wait_for_epochs(proc, checkpoint, epochs: int, timeout: float = 120) -> floa
     return (stamps[-1] - stamps[0]) / max(1, len(stamps) - 1)
 
 
+def kill_mid_epoch(proc, checkpoint, epochs: int = 6) -> tuple[int, float]:
+    """SIGKILL `proc` half an epoch after its second checkpoint; (epochs checkpointed, seconds an epoch).
+    Checked, not assumed: the process was alive when the signal went, no checkpoint was written after
+    the one seen (so the kill landed inside the next epoch, between two epoch ends), and the run had
+    epochs left to train."""
+    epoch_s = wait_for_epochs(proc, checkpoint, 2)
+    seen = checkpoint.stat().st_mtime_ns
+    time.sleep(epoch_s / 2)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert checkpoint.stat().st_mtime_ns == seen, "an epoch ended before the kill landed"
+    done = torch.load(checkpoint, weights_only=True)["loop"]["epochs_done"]
+    assert 2 <= done < epochs
+    return done, epoch_s
+
+
 def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(tiny_root, tmp_path):
     """Reference: the same command never interrupted. SIGKILL (no handler can run) halfway through an
     epoch after two checkpoints; `resume=true` in the same run directory must end bit-identical."""
@@ -68,19 +86,11 @@ def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(tiny_root, tmp_path)
     assert r.returncode == 0, r.stderr
 
     proc = start(cli_args(tiny_root, broken), tmp_path)
-    epoch_s = wait_for_epochs(proc, broken / guards.CHECKPOINT, 2)
-    time.sleep(epoch_s / 2)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    killed_after, epoch_s = kill_mid_epoch(proc, broken / guards.CHECKPOINT)
 
     # Nothing half-written: the result says the run did not finish, the checkpoint loads.
     left = json.loads((broken / "results.json").read_text())
     assert left["status"] == "failed" and left["error"].startswith("unfinished")
-    state = torch.load(broken / guards.CHECKPOINT, weights_only=True)
-    killed_after = state["fit"]["epochs_done"]
-    assert 2 <= killed_after < 6
 
     r = normbench_cli("train", *cli_args(tiny_root, broken, resume="true"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -101,16 +111,10 @@ def test_packed_run_killed_mid_epoch_resumes_every_member_bit_identically(tiny_r
     assert r.returncode == 0, r.stderr
 
     proc = start(cli_args(tiny_root, broken, **pack), tmp_path)
-    epoch_s = wait_for_epochs(proc, broken / guards.CHECKPOINT, 2)
-    time.sleep(epoch_s / 2)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_mid_epoch(proc, broken / guards.CHECKPOINT)
     for seed in (0, 1, 2):
         left = json.loads((broken / f"seed={seed}/results.json").read_text())
         assert left["status"] == "failed" and left["error"].startswith("unfinished")
-    killed_after = torch.load(broken / guards.CHECKPOINT, weights_only=True)["fit"][0]["epochs_done"]
-    assert 2 <= killed_after < 6
 
     r = normbench_cli("train", *cli_args(tiny_root, broken, resume="true", **pack), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -136,7 +140,7 @@ def test_interrupt_stops_cleanly(sig, code, name, tiny_root, tmp_path):
     assert f"interrupted ({name})" in err and f"resume=true hydra.run.dir={run_dir}" in err
     res = json.loads((run_dir / "results.json").read_text())
     assert res["status"] == "failed" and res["error"].startswith(f"interrupted ({name})")
-    assert torch.load(run_dir / guards.CHECKPOINT, weights_only=True)["fit"]["epochs_done"] >= 1
+    assert torch.load(run_dir / guards.CHECKPOINT, weights_only=True)["loop"]["epochs_done"] >= 1
 
 
 class InterruptAt(NullTracker):

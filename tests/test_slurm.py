@@ -173,7 +173,7 @@ def killed_sweep(cluster, data_root, tmp_path_factory):
         _kill_task(f"{array_id}_0")
         killed_at = time.monotonic() - t0
         (run0,) = sweep.glob("*,job0")
-        at_kill = torch.load(run0 / "checkpoint.pt", map_location="cpu", weights_only=True)["fit"]
+        at_kill = torch.load(run0 / "checkpoint.pt", map_location="cpu", weights_only=True)
         out, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
@@ -198,7 +198,7 @@ def test_killed_task_ends_the_sweep_as_failed(killed_sweep, tmp_path):
     (line,) = [x for x in r.stderr.splitlines() if x.startswith("normbench: error:")]
     assert "(task: 0)" in line and "state: FAILED" in line and "resume=true" in line
     assert took < 240
-    assert 1 <= at_kill["epochs_done"] < 8  # killed mid-run, after a checkpoint
+    assert 1 <= at_kill["loop"]["epochs_done"] < 8  # killed mid-run, after a checkpoint
 
     runs = results(sweep)
     (killed,) = [name for name in runs if name.endswith(",job0")]
@@ -240,5 +240,5 @@ def test_resume_skips_finished_runs_and_continues_the_killed_one(killed_sweep, t
     assert sum("already finished (completed); nothing to resume" in log for log in logs) == 3
     res = runs[killed]
     assert res["status"] == "completed" and res["epochs_done"] == 8 and len(res["history"]) == 8
-    k = at_kill["epochs_done"]
-    assert res["history"][:k] == at_kill["history"]
+    k = at_kill["loop"]["epochs_done"]
+    assert res["history"][:k] == at_kill["members"][0]["history"]

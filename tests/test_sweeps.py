@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
-from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from conftest import normbench_cli
 from normbench import norms
-from normbench.config import Config, schema
+from normbench.cli import store_configs
+from normbench.config import Config
 from normbench.errors import UserError
 from normbench.optim import scaled_lr
 
@@ -20,7 +20,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "normbench" / "configs"
 
 
 def _compose(overrides, hydra=False):
-    ConfigStore.instance().store(name="base_config", node=schema())
+    store_configs()
     with initialize_config_module("normbench.configs", version_base="1.3"):
         return compose("config", overrides=overrides, return_hydra_config=hydra)
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from normbench import models, norms
 from normbench.bench import fmt_ratio, interleave, markdown_table, paired_ratio, sync
 from normbench.config import ModelConfig
-from normbench.pack.model import pack_models
+from normbench.pack.model import PackedModel
 
 CASES = (("mlp", "bn"), ("cnn", "gn"), ("rnn", "ln"))
 BATCH_SIZES = (2, 8, 64, 256)
@@ -63,7 +63,7 @@ def variants(model: str, norm: str, batch: int, size: int, device, steps: int):
             loss.backward()
             o.step()
 
-    packed = pack_models([build(model, norm, s, device) for s in range(size)]).to(device)
+    packed = PackedModel([build(model, norm, s, device) for s in range(size)]).to(device)
     popt = _opt(packed)
 
     def pack() -> None:

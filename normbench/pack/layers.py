@@ -28,6 +28,8 @@ from normbench import cells
 from normbench.norms import ghost
 from normbench.norms.batch import BatchNorm
 from normbench.norms.common import TokenWise
+from normbench.pack.linear import batched_linear
+from normbench.pack.rnn import PackedRNN
 
 
 def to_layout(x: torch.Tensor, have: str, want: str, members: int) -> torch.Tensor:
@@ -82,35 +84,6 @@ class Elementwise(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, steps=None) -> torch.Tensor:
         return self.module(x)
-
-
-class _BatchedLinear(torch.autograd.Function):
-    """y[s] = x[s] W[s]^T + b[s] for (S, N, in) x, (S, out, in) W, (S, 1, out) b, with a backward that gives
-    torch's bmm contiguous operands: autograd's own (the gradient of W as bmm(x^T, g) on a transposed
-    view) ran 4x slower on the CPU at batch 2, and W stored transposed made autograd copy its gradient."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-        ctx.save_for_backward(x, w)
-        ctx.has_bias = b is not None
-        wt = w.transpose(1, 2)
-        return torch.bmm(x, wt) if b is None else torch.baddbmm(b, x, wt)
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor):
-        x, w = ctx.saved_tensors
-        g = g.contiguous()
-        gx = torch.bmm(g, w) if ctx.needs_input_grad[0] else None
-        gw = torch.bmm(g.transpose(1, 2).contiguous(), x) if ctx.needs_input_grad[1] else None
-        gb = g.sum(1, keepdim=True) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return gx, gw, gb
-
-
-def batched_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-    """(S, ..., in) -> (S, ..., out) with each member's own weight (S, out, in) and bias (S, 1, out)."""
-    shape = x.shape
-    y = _BatchedLinear.apply(x.reshape(shape[0], -1, shape[-1]).contiguous(), w, b)  # strided: bmm slow paths
-    return y.view(*shape[:-1], -1)
 
 
 class PackedLinear(nn.Module):
@@ -291,8 +264,6 @@ def _is_plain_bn(m: nn.Module) -> bool:
 
 def convert(modules: list[nn.Module]) -> nn.Module:
     """The packed form of S members' copies of one layer; `PerMember` where there is none."""
-    from normbench.pack.rnn import PackedRNN
-
     m = modules[0]
     kind = type(m)
     if kind is nn.Linear:

@@ -1,7 +1,7 @@
 """S member models (each built and initialized by its own seed) -> one packed model, and back.
 
     members = [build(seed) for seed in seeds]          # exactly the models separate runs would train
-    packed = pack_models(members)                      # forward((S, N, C, H, W), lengths (S, N)) -> (S, N, classes)
+    packed = PackedModel(members)                       # forward((S, N, C, H, W), lengths (S, N)) -> (S, N, classes)
     unpack(packed, members)                            # each member's weights and statistics, from the pack
 
 The packed model mirrors the members' structure layer for layer (layers.convert); its parameters are
@@ -14,8 +14,10 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from normbench.members import Members
 from normbench.models import CNN, MLP, RNN, length_mask
 from normbench.pack.layers import convert, to_layout, unpack_into
 
@@ -70,11 +72,22 @@ class PackedRNNModel(nn.Module):
         unpack_into(self.head, [m.head for m in members])
 
 
-class PackedModel(nn.Module):
-    """What the packed training loop trains: `net` is the packed network of the S member models.
-    `seeds`: the members' seeds, for evaluations that draw training batches per member (PreciseBN)."""
+def stack_batches(parts: list[tuple]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[int] | None]:
+    """S members' (x, y, lengths) -> (x (S, N, ...), y (S, N), lengths (S, N) or None, padded lengths).
+    Members' variable-length batches can differ in padded length: each is padded to the longest, and the
+    per-member lengths come back so norms that count padding see only their member's own."""
+    xs, ys, ls = zip(*parts)
+    steps = [x.shape[2] for x in xs]
+    if len(set(steps)) > 1:
+        longest = max(steps)
+        xs = [F.pad(x, (0, 0, 0, longest - x.shape[2])) for x in xs]
+    lengths = None if ls[0] is None else torch.stack(ls)
+    return torch.stack(xs), torch.stack(ys), lengths, (steps if len(set(steps)) > 1 else None)
 
-    batch_dim = 1  # inputs are (S, N, ...)
+
+class PackedModel(Members):
+    """What the engine trains for a pack: `net` is the packed network of the S member models.
+    `seeds`: the members' seeds, for evaluations that draw training batches per member (PreciseBN)."""
 
     def __init__(self, members: list[nn.Module], seeds: list[int] | None = None,
                  packs: Callable[[int], bool] | None = None):
@@ -94,25 +107,27 @@ class PackedModel(nn.Module):
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         return self.net(x, lengths)
 
+    def member_batches(self, batch_fn, x, y, batch_size, generators, **kw):
+        """While a batch is out, the pack knows each member's padded length (for norms that count it)."""
+        streams = [batch_fn(x, y, batch_size, shuffle=True, generator=g, drop_last=True, **kw) for g in generators]
+        try:
+            for parts in zip(*streams):
+                xs, ys, lengths, padded = stack_batches(parts)
+                self.net.steps = padded
+                yield xs, ys, lengths
+        finally:
+            self.net.steps = None
+
     def packs(self, batch_size: int) -> bool:
-        """Is a batch of this size faster through the pack than through each member alone?"""
         return True if self._packs is None else self._packs(batch_size)
 
     @property
     def member_models(self) -> tuple[nn.Module, ...]:
-        """The member models (not submodules: the pack's parameters are their stacked copies)."""
         return self._members
 
     def unpacked(self) -> tuple[nn.Module, ...]:
-        """The member models, holding the pack's current state (for evaluating them one by one)."""
         unpack(self, list(self._members))
         return self._members
-
-
-def pack_models(members: list[nn.Module], seeds: list[int] | None = None,
-                packs: Callable[[int], bool] | None = None) -> PackedModel:
-    """`packs(batch_size)`: where evaluation should go through the pack (default: always)."""
-    return PackedModel(members, seeds, packs)
 
 
 @torch.no_grad()

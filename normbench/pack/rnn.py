@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from normbench.pack.layers import batched_linear
+from normbench.pack.linear import batched_linear
 
 
 class _Recurrence(torch.autograd.Function):

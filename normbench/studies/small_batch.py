@@ -31,6 +31,7 @@ from normbench import data, precise_bn
 from normbench.config import Config
 from normbench.data import augment
 from normbench.engine import can_split_statistics, evaluate, split_statistics
+from normbench.members import Members
 
 PRECISE_SAMPLES = precise_bn.DEFAULT_SAMPLES  # training images PreciseBN averages over (10k)
 TRAIN_SAMPLES = 5_000  # training images for the training-set accuracies
@@ -66,12 +67,9 @@ def precise_batches(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn
     def generator(seed: int) -> torch.Generator:
         return torch.Generator(device=splits.train_x.device).manual_seed(seed)
 
-    seeds = getattr(model, "seeds", None)
-    if seeds is not None:
-        from normbench.pack.fit import member_batches
-
-        return member_batches(model, batch_fn, splits.train_x, splits.train_y, cfg.batch_size,
-                              [generator(s) for s in seeds])
+    if isinstance(model, Members):
+        return model.member_batches(batch_fn, splits.train_x, splits.train_y, cfg.batch_size,
+                                    [generator(s) for s in model.seeds])
     return batch_fn(splits.train_x, splits.train_y, cfg.batch_size, shuffle=True, generator=generator(cfg.seed),
                     drop_last=True)
 

@@ -1,0 +1,97 @@
+"""A pack's plan: its members, whether it is asked for rightly, and whether it trains packed.
+
+    validate_pack(cfg)                      # UserError (one line) for each way a pack is asked for wrongly
+    members(cfg)                            # [("lr=0.001,seed=3", member config), ...]: lrs outer, seeds inner
+    mode_for(cfg, device)                   # PackMode.packed or PackMode.sequential
+
+Each member is the single run it stands for: its own seed and lr, `pack` unset. This module reads only
+the config, so the runner plans a pack before it builds anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from normbench.config import Config, PackConfig, PackMode
+from normbench.errors import UserError
+
+log = logging.getLogger(__name__)
+DEFAULT = Config()
+
+
+def is_pack(cfg: Config) -> bool:
+    return cfg.pack.seeds is not None or cfg.pack.lrs is not None
+
+
+def validate_pack(cfg: Config) -> None:
+    """One line for each way a pack can be asked for wrongly."""
+    p = cfg.pack
+    for key, values in (("pack.seeds", p.seeds), ("pack.lrs", p.lrs)):
+        if values is not None and not values:
+            raise UserError(f"{key} is empty", f"give it values, e.g. {key}=[0,1,2], or leave it unset (null)")
+        if values is not None and len(set(values)) < len(values):
+            dup = sorted({v for v in values if values.count(v) > 1})
+            raise UserError(f"{key} lists {', '.join(map(str, dup))} more than once",
+                            "each member must differ: list each value once")
+    if p.lrs is not None and min(p.lrs) <= 0:
+        raise UserError(f"pack.lrs must be > 0 (got {min(p.lrs)})", "use e.g. pack.lrs=[1e-4,3e-4,1e-3]")
+    if p.seeds is not None and cfg.seed != DEFAULT.seed:
+        raise UserError(f"seed={cfg.seed} and pack.seeds both choose the seed",
+                        "drop seed=...: each member's seed comes from pack.seeds")
+    if p.lrs is not None and cfg.lr != DEFAULT.lr:
+        raise UserError(f"lr={cfg.lr} and pack.lrs both choose the learning rate",
+                        "drop lr=...: each member's lr comes from pack.lrs")
+    if cfg.norm.track_stats:
+        raise UserError("norm.track_stats hooks one run's norm layers, not a pack's",
+                        "run the member you want to watch on its own (seed=..., no pack.seeds)")
+
+
+def members(cfg: Config) -> list[tuple[str, Config]]:
+    """(subdirectory name, member config) for every member: lrs outer, seeds inner."""
+    out = []
+    for lr in cfg.pack.lrs or [None]:
+        for seed in cfg.pack.seeds or [cfg.seed]:
+            name = ",".join(([f"lr={lr:g}"] if lr is not None else []) +
+                            ([f"seed={seed}"] if cfg.pack.seeds is not None else []))
+            out.append((name, replace(cfg, seed=seed, lr=cfg.lr if lr is None else lr, pack=PackConfig())))
+    return out
+
+
+def member_values(values: Any, k: int) -> Any:
+    """Member k's entries of a pack's evaluation results (lists, one entry per member, in nested dicts)."""
+    if isinstance(values, dict):
+        return {key: member_values(v, k) for key, v in values.items()}
+    return values[k] if isinstance(values, list) else values
+
+
+# Where `normbench bench --sections packed` measured packing faster than separate runs on the CPU
+# (docs/bench.md; MLP+BN, CNN+GN, RNN+LN on one thread): model -> (largest batch, largest batch x members).
+# Past these the work per step is large enough that one grouped convolution, or S members' hidden states in
+# one recurrence, run slower than S separate kernels.
+PACK_LIMITS: dict[str, tuple[int, int | None]] = {"mlp": (64, None), "cnn": (8, 40), "rnn": (8, None)}
+
+
+def packs_faster(cfg: Config, device_type: str = "cpu") -> bool:
+    """Does `pack.mode=auto` pack this configuration on this kind of device (else its members run one
+    after another)? The limits above were measured on a CPU and decide only there. No GPU bench exists
+    yet: on CUDA (and MPS) every pack of two or more members trains packed, since there one small
+    kernel per member leaves most of the device idle, which packing exists to fill."""
+    size = len(cfg.pack.seeds or [cfg.seed]) * len(cfg.pack.lrs or [cfg.lr])
+    if size < 2:
+        return False
+    if device_type != "cpu":
+        return True
+    max_batch, max_samples = PACK_LIMITS.get(cfg.model.name, (0, None))
+    return cfg.batch_size <= max_batch and (max_samples is None or cfg.batch_size * size <= max_samples)
+
+
+def mode_for(cfg: Config, device_type: str) -> PackMode:
+    """`pack.mode`, with `auto` decided by `packs_faster`."""
+    if cfg.pack.mode != PackMode.auto:
+        return cfg.pack.mode
+    if device_type != "cpu":
+        log.info("pack.mode=auto on %s packs every member together (the packing limits were measured on a "
+                 "CPU; set pack.mode=sequential to train members one after another)", device_type)
+    return PackMode.packed if packs_faster(cfg, device_type) else PackMode.sequential
