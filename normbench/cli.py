@@ -160,51 +160,64 @@ def store_configs() -> None:
         store.store(group="model", name=name, node={"name": name, **defaults})
 
 
-def _hydra_train(argv: list[str]) -> int:
-    import hydra
+class _Task:
+    """What the task saw, for the handlers after Hydra returns or raises: did it start (if not, an error
+    is Hydra's, from composition), how to resume, and the error of a single run (raised again outside
+    Hydra, which would print more)."""
+
+    def __init__(self):
+        self.started, self.again, self.error = False, "resume=true", None
+
+
+def _run_task(dict_cfg, task: _Task, debug: bool) -> None:
+    """Hydra's task: one run (or one job of a sweep) from the composed config."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
+    task.started = True
+    _show_logs()  # again here: a launcher (submitit, joblib) runs this in another process
+    from normbench.runner import run  # torch loads here, so a mistyped override fails fast
+
+    hc = HydraConfig.get()
+    multirun = hc.mode == RunMode.MULTIRUN
+    task.again = "resume=true " + (f"hydra.sweep.dir={hc.sweep.dir}" if multirun else
+                                   f"hydra.run.dir={hc.runtime.output_dir}")
+    try:
+        res = run(OmegaConf.to_object(dict_cfg), hc.runtime.output_dir,
+                  hparam_domains=_sweep_domains(hc) if multirun else None)
+    except Exception as e:
+        if not multirun:
+            task.error = e
+            return
+        # A sweep goes on with its other runs; each failure is said once, here.
+        user = isinstance(e, UserError)
+        if not user or debug:
+            traceback.print_exception(e)
+        print(f"normbench: error: run {hc.job.num} ({hc.runtime.output_dir}) failed: {e}", file=sys.stderr)
+        raise JobFailed(f"runs of the sweep failed (the first: run {hc.job.num}); the others finished: "
+                        "each run's results.json says how", 2 if user else 1) from None
+    for member in res.get("members", [res]):  # a pack's members, or the one run
+        if member["status"] == "diverged":  # a result, not a failure: exit status 0, said once
+            where = Path(hc.runtime.output_dir) / member.get("name", "")
+            print(f"normbench: diverged at step {member['diverged_step']} (non-finite loss); recorded in "
+                  f"{where / 'results.json'}", file=sys.stderr)
+
+
+def _hydra_train(argv: list[str]) -> int:
+    import hydra
+
     from normbench import cli_errors
-    from normbench.config import Config
 
     store_configs()
     register_resolvers()
     overrides = [a for a in argv if "=" in a and not a.startswith("-")]
     debug = _debug(overrides)
-    # What the task saw, for the handlers below: did it start (else an error is Hydra's), how to resume.
-    seen, outcome = {"task": False, "again": "resume=true"}, {}
+    task = _Task()
 
     @hydra.main(config_path="configs", config_name="config", version_base="1.3")
     def train(dict_cfg) -> None:
-        seen["task"] = True
-        _show_logs()  # again here: a launcher (submitit, joblib) runs this in another process
-        from normbench.runner import run  # torch loads here, so a mistyped override fails fast
-
-        cfg: Config = OmegaConf.to_object(dict_cfg)
-        hc = HydraConfig.get()
-        multirun = hc.mode == RunMode.MULTIRUN
-        where = f"hydra.sweep.dir={hc.sweep.dir}" if multirun else f"hydra.run.dir={hc.runtime.output_dir}"
-        seen["again"] = f"resume=true {where}"
-        try:
-            res = run(cfg, hc.runtime.output_dir, hparam_domains=_sweep_domains(hc) if multirun else None)
-            for member in res.get("members", [res]):  # a pack's members, or the one run
-                if member["status"] == "diverged":  # a result, not a failure: exit status 0, said once
-                    where = Path(hc.runtime.output_dir) / member.get("name", "")
-                    print(f"normbench: diverged at step {member['diverged_step']} (non-finite loss); recorded in "
-                          f"{where / 'results.json'}", file=sys.stderr)
-        except Exception as e:
-            if not multirun:  # raised again below, outside Hydra, which would print more
-                outcome["error"] = e
-                return
-            # A sweep goes on with its other runs; each failure is said once, here.
-            user = isinstance(e, UserError)
-            if not user or debug:
-                traceback.print_exception(e)
-            print(f"normbench: error: run {hc.job.num} ({hc.runtime.output_dir}) failed: {e}", file=sys.stderr)
-            raise JobFailed(f"runs of the sweep failed (the first: run {hc.job.num}); the others finished: "
-                            "each run's results.json says how", 2 if user else 1) from None
+        _run_task(dict_cfg, task, debug)
 
     # Hydra raises instead of printing its multi-line report; the handlers below say it in one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
@@ -214,33 +227,42 @@ def _hydra_train(argv: list[str]) -> int:
         cli_errors.check_added_keys(overrides)
         cli_errors.check_pack_overrides(overrides)
         train()
-        if "error" in outcome:
-            raise outcome["error"]
-    except UserError as e:
+        if task.error is not None:
+            raise task.error
+    except BaseException as e:  # noqa: BLE001  every way out becomes an exit status and at most one line
+        return _exit_status(e, task, overrides, debug)
+    return 0
+
+
+def _exit_status(e: BaseException, task: _Task, overrides: list[str], debug: bool) -> int:
+    """The exit status for `e`, its one line said on stderr; what is not a known failure is raised."""
+    from normbench import cli_errors
+
+    if isinstance(e, UserError):
         return _fail(e, debug)
-    except JobFailed as e:
+    if isinstance(e, JobFailed):
         print(f"normbench: error: {e.message}", file=sys.stderr)
         return e.code
-    except KeyboardInterrupt as e:
+    if isinstance(e, KeyboardInterrupt):
         name = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
         print(f"normbench: interrupted ({name}); finished epochs are kept in checkpoint.pt: rerun the same "
-              f"command with {seen['again']}", file=sys.stderr)
+              f"command with {task.again}", file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
-    except Exception as e:
-        if type(e).__name__ == "UncompletedJobError":  # submitit: a SLURM task was killed before its result
-            print(f"normbench: error: {' '.join(str(e).splitlines()[:2])}; the sweep's other runs go on (squeue); "
-                  "rerun the same command with resume=true and the same hydra.sweep.dir to continue the "
-                  "unfinished runs from checkpoint.pt", file=sys.stderr)
-            return 1
-        explained = None if seen["task"] else cli_errors.explain(e, overrides)
-        if explained is None:
-            if isinstance(e, OSError) and not seen["task"]:
-                return _run_dir_error(e, debug)
-            raise
-        if debug:
-            traceback.print_exception(e)
-        return _fail(explained, debug=False)
-    return 0
+    if type(e).__name__ == "UncompletedJobError":  # submitit: a SLURM task was killed before its result
+        print(f"normbench: error: {' '.join(str(e).splitlines()[:2])}; the sweep's other runs go on (squeue); "
+              "rerun the same command with resume=true and the same hydra.sweep.dir to continue the "
+              "unfinished runs from checkpoint.pt", file=sys.stderr)
+        return 1
+    if not isinstance(e, Exception):  # SystemExit and the like: not ours to translate
+        raise e
+    explained = None if task.started else cli_errors.explain(e, overrides)
+    if explained is None:
+        if isinstance(e, OSError) and not task.started:
+            return _run_dir_error(e, debug)
+        raise e
+    if debug:
+        traceback.print_exception(e)
+    return _fail(explained, debug=False)
 
 
 def main(argv: list[str] | None = None) -> int:

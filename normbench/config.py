@@ -50,7 +50,7 @@ class LrScaling(Choice):
     sqrt = "sqrt"
 
 
-class Cell(Choice):
+class RNNCell(Choice):
     rnn = "rnn"  # tanh
     lstm = "lstm"
     gru = "gru"
@@ -87,7 +87,7 @@ class ModelConfig:
     hidden: Optional[int] = None  # MLP width, RNN hidden size, CNN classifier width
     depth: Optional[int] = None  # MLP hidden layers; RNN stacked layers
     channels: Optional[List[int]] = None  # CNN channels, one conv stage each
-    cell: Optional[Cell] = None  # RNN cell: rnn (tanh) | lstm | gru
+    cell: Optional[RNNCell] = None  # RNN cell: rnn (tanh) | lstm | gru
     placement: Optional[Placement] = None  # RNN: output (after each layer) | recurrent (inside the cell)
     dropout: Optional[float] = None  # dropout before the classifier
 
@@ -98,7 +98,7 @@ class ModelConfig:
             if getattr(self, key) is None:
                 setattr(self, key, list(value) if isinstance(value, list) else value)
         if self.cell is not None:
-            self.cell = _choice(Cell, self.cell, "model.cell")
+            self.cell = _choice(RNNCell, self.cell, "model.cell")
         if self.placement is not None:
             self.placement = _choice(Placement, self.placement, "model.placement")
 

@@ -69,13 +69,14 @@ def batch_statistics(model: nn.Module) -> Iterator[None]:
 
 def _statistics_modules(model: nn.Module) -> tuple[list[nn.Module], bool]:
     """(the modules whose batch statistics can be split into groups, whether every batch-dependent one can)."""
+    from normbench.norms.batch_stats import BatchStatistics
     from normbench.norms.registry import TAG
 
     modules = list(model.modules())
     for member in model.member_models if isinstance(model, Members) else ():  # evaluated one by one
         modules += list(member.modules())
     def splits(m: nn.Module) -> bool:
-        return hasattr(m, "ghost_batch") and getattr(m, "splits_statistics", True)
+        return isinstance(m, BatchStatistics) and m.splits_statistics
 
     dependent = [m for m in modules if torch.is_tensor(getattr(m, "running_mean", None))
                  or (hasattr(m, TAG) and getattr(m, TAG)[1] != "layer" and norms.get(getattr(m, TAG)[0]).batch_dependent)]

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from collections import Counter
 from html import escape
-from pathlib import Path
 
 from normbench import report
 from normbench.config import flatten
-from normbench.tables import Summary
+from normbench.tables import Summary, relative
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1200px;
@@ -92,10 +91,6 @@ def _versions(s: Summary) -> list[tuple[str, str]]:
     return [(k, ", ".join(v)) for k, v in by_key.items()]
 
 
-def _rel(path: Path, root: Path) -> str:
-    return str(path.relative_to(root)) if path != root else "."
-
-
 def to_html(s: Summary, svgs: dict[str, str]) -> str:
     parts = [f"<h1>normbench summary of <code>{escape(str(s.root))}</code></h1>"]
     status = ", ".join(f"{n} {k}" for k, n in Counter(r.status for r in s.runs).most_common())
@@ -122,7 +117,7 @@ def to_html(s: Summary, svgs: dict[str, str]) -> str:
     if s.problems:
         parts.append("<h2>Runs not in the tables (failed, diverged, incomplete)</h2>" + _table(
             ["run", "status", "why"],
-            [[_rel(r.path, s.root), r.status, r.note.splitlines()[0] if r.note else ""] for r in s.problems]))
+            [[relative(r.path, s.root), r.status, r.note.splitlines()[0] if r.note else ""] for r in s.problems]))
     commands = _commands(s)
     parts.append("<h2>Command lines</h2>" + "".join(f"<pre>{escape(c)}</pre>" for c in commands[:20]))
     if len(commands) > 20:

@@ -20,6 +20,8 @@ from normbench import cells
 from normbench.config import ModelConfig
 from normbench.errors import UserError
 from normbench.norms import LAYOUTS, NormFactory
+from normbench.norms.batch import BatchNorm
+from normbench.norms.batch_stats import BatchStatistics
 from normbench.norms.registry import TAG
 
 
@@ -61,9 +63,6 @@ class CNN(nn.Module):
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         return self.net(x)
-
-
-RNN_CELLS = cells.TORCH_CELLS
 
 
 def length_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
@@ -125,8 +124,8 @@ def norm_values_per_channel(model: nn.Module, x: torch.Tensor) -> tuple[int | No
         layout = getattr(module, TAG)[1]
         channels = args[0].shape[-1] if layout == "seq" else args[0].shape[1]
         values = args[0].numel() // channels
-        ghost = getattr(module, "ghost_batch", None)  # statistics over groups of K samples of the batch
-        positions = getattr(module, "positions", None)  # BN over k random positions per image
+        ghost = module.ghost_batch if isinstance(module, BatchStatistics) else None  # groups of K samples
+        positions = module.positions if isinstance(module, BatchNorm) else None  # k random positions per image
         if positions is not None:
             values = len(args[0]) * min(positions, values // len(args[0]))
         seen.append(values * ghost // len(args[0]) if ghost else values)

@@ -21,11 +21,11 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from normbench.tables import VARLEN, Summary, Table
+from normbench import stats
+from normbench.tables import MODEL_ORDER, VARLEN, Summary, Table
 
 MARKERS = "os^vD<>ph*"
-MODEL_ORDER = ["mlp", "cnn", "rnn"]
-CI_NOTE = "error bars: 95% t-interval of the mean over seeds"
+CI_NOTE = f"error bars: {stats.LEVEL:.0%} t-interval of the mean over seeds"
 
 
 def _log2_axis(ax, ticks: list[int]) -> None:

@@ -9,7 +9,7 @@ weights that kept changing, by population statistics recomputed with the final, 
 The model runs forward (no gradients) with dropout off and every norm that keeps running statistics in
 training mode, so each computes its batch statistics exactly as in training: at the batches' size, or per
 ghost batch when the norm has `ghost_batch` set. Each layer's batch statistics (mean, unbiased variance,
-count) go to an estimator instead of the running buffers (the norms' `stats_sink`, see norms/ghost.py);
+count) go to an estimator instead of the running buffers (the norms' `stats_sink`, see norms/batch_stats.py);
 at the end the population mean and variance over every value seen replace running_mean / running_var.
 That is fvcore's `update_bn_stats` with its `_PopulationVarianceEstimator` (batches weighted by their
 counts, the Bessel correction undone), combined per batch with Chan et al.'s pairwise update rather than
@@ -33,6 +33,7 @@ from torch import nn
 
 from normbench.cells import StepNorm
 from normbench.members import Members
+from normbench.norms.batch_stats import BatchStatistics
 
 DEFAULT_SAMPLES = 10_000  # Wu & Johnson: ~10k samples make the estimate's error negligible (their figure 3)
 
@@ -103,10 +104,10 @@ def recompute_statistics(model: nn.Module, batches: Iterable[Any], num_samples: 
     modules = running_stats_modules(model)
     if not modules:
         return Recomputed(layers=0, samples=0)
-    deaf = [type(m).__name__ for m in modules if not hasattr(type(m), "stats_sink")]
+    deaf = [type(m).__name__ for m in modules if not isinstance(m, BatchStatistics)]
     if deaf:
         raise TypeError(f"PreciseBN cannot read the batch statistics of {', '.join(sorted(set(deaf)))}: "
-                        "a norm with running statistics needs a stats_sink (norms/ghost.py)")
+                        "a norm with running statistics needs a stats_sink (norms/batch_stats.py)")
     keep = {name: b.clone() for name, b in model.named_buffers()}
     modes = {m: m.training for m in model.modules()}
     estimators = {m: _Population(m.running_mean) for m in modules}

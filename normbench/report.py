@@ -16,16 +16,17 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from normbench.tables import MIN_N, Cell, Comparison, Summary, Table
+from normbench import stats
+from normbench.tables import MIN_N, Comparison, Entry, Summary, Table, relative
 
-LEVEL_TEXT = "95%"
+LEVEL_TEXT = f"{stats.LEVEL:.0%}"
 
 
 def pct(v: float | None, signed: bool = False) -> str:
     return "" if v is None else f"{100 * v:+.1f}" if signed else f"{100 * v:.1f}"
 
 
-def format_cell(cell: Cell | None, uniform_n: int | None) -> str:
+def format_cell(cell: Entry | None, uniform_n: int | None) -> str:
     """'84.2 [83.0, 85.4]' in percent; '(2)' when n < 3 or differs from the table's; '†1' diverged, '✗1' failed."""
     if cell is None:
         return ""
@@ -107,10 +108,6 @@ def sweep_lines(s: Summary) -> list[str]:
     return [f"varied: {'; '.join(varied) or 'nothing'}", f"fixed (not defaults): {' '.join(constant) or 'nothing'}"]
 
 
-def _rel(r, root: Path) -> str:
-    return str(r.path.relative_to(root)) if r.path != root else "."
-
-
 def to_markdown(s: Summary, figures: dict[str, Path] | None = None) -> str:
     lines = [f"# normbench summary of `{s.root}`", "", *[f"- {line}" for line in sweep_lines(s)], ""]
     for t in s.tables:
@@ -128,7 +125,7 @@ def to_markdown(s: Summary, figures: dict[str, Path] | None = None) -> str:
             lines.append("")
     if s.problems:
         lines += ["## Runs not in the tables", "", "| run | status | why |", "|---|---|---|"]
-        lines += [f"| `{_rel(r, s.root)}` | {r.status} | "
+        lines += [f"| `{relative(r.path, s.root)}` | {r.status} | "
                   f"{r.note.replace('|', '/').splitlines()[0] if r.note else ''} |" for r in s.problems]
         lines.append("")
     lines += [f"![{name}]({path.name})" for name, path in (figures or {}).items()]
@@ -179,7 +176,7 @@ def to_json(s: Summary) -> str:
                     "significant": c.significant} for t in s.tables for c in t.comparisons]
     return json.dumps({
         "root": str(s.root), "runs": dict(Counter(r.status for r in s.runs)), "ref": s.ref,
-        "level": 0.95, "varied": s.varied, "constant": s.constant, "groups": groups, "comparisons": comparisons,
+        "level": stats.LEVEL, "varied": s.varied, "constant": s.constant, "groups": groups, "comparisons": comparisons,
         "selected": [{"study": t.study, "data": t.data, "model": t.model, "metric": t.metric, "norm": r,
                       "axis": c, "chosen": v} for t in s.tables for (r, c), v in t.chosen.items()],
         "problems": [{"path": str(r.path), "status": r.status, "note": r.note} for r in s.problems],
@@ -223,5 +220,5 @@ def print_summary(s: Summary, console=None) -> None:
         for col in ("run", "status", "why"):
             rt.add_column(col, overflow="fold")
         for r in s.problems:
-            rt.add_row(_rel(r, s.root), r.status, r.note.splitlines()[0] if r.note else "")
+            rt.add_row(relative(r.path, s.root), r.status, r.note.splitlines()[0] if r.note else "")
         console.print(rt)

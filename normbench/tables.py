@@ -1,9 +1,11 @@
 """The data of a summary, shared by its computation (summarize.py) and its displays (report.py, plots.py,
 html_report.py, tb_aggregate.py): runs, cells of seeds, tables, paired comparisons and their order.
 
-    cell = Cell(); cell.add(seed=0, value=0.84)
+    cell = Entry(); cell.add(seed=0, value=0.84)
     cell.mean, cell.ci                                  # None where undefined (n < 2)
     rows = sorted(labels, key=row_key)
+
+    relative(run.path, root)                            # how every display names a run directory
 
 Plain Python only: reading a sweep's numbers imports neither torch nor TensorBoard.
 """
@@ -25,6 +27,7 @@ METRICS = {"test_acc": "test accuracy (running statistics)",
            "train_acc": "training-set accuracy (running statistics)",
            "train_acc_train_mode": "training-set accuracy with batch statistics"}
 CORE_METRICS = ("test_acc", "test_acc_train_mode")  # every study has these; a failed run is marked in them
+MODEL_ORDER = ["mlp", "cnn", "rnn"]  # tables and figures list models in this order
 MIN_N = 3  # cells with fewer seeds are marked: their interval is too wide to read, or undefined
 
 
@@ -49,8 +52,9 @@ class Run:
 
 
 @dataclass
-class Cell:
-    """The seeds of one (norm label, column): their values, and the runs that did not give one."""
+class Entry:
+    """One entry (a cell) of a table: the seeds of one (norm label, column), their values, and the runs
+    that did not give one."""
     values: list[float] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)  # aligned with values: what pairs two cells
     paths: list[Path] = field(default_factory=list)  # aligned with values: the run directories
@@ -77,11 +81,6 @@ class Cell:
     @property
     def ci(self) -> tuple[float, float] | None:
         return stats.t_interval(self.values)
-
-    @property
-    def flagged(self) -> bool:
-        """Marked in every display: too few seeds, or some runs of the cell gave no value."""
-        return self.n < MIN_N or bool(self.n_diverged or self.n_failed)
 
     def by_seed(self) -> dict[int, float]:
         """Seed -> value for seeds that occur once (a repeated seed cannot be paired unambiguously)."""
@@ -111,7 +110,7 @@ class Table:
     metric: str
     rows: list[str] = field(default_factory=list)  # norm labels
     cols: list[str] = field(default_factory=list)  # batch sizes or test lengths
-    cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
+    cells: dict[tuple[str, str], Entry] = field(default_factory=dict)
     values_per_channel: dict[str, set[int]] = field(default_factory=dict)  # batch: column -> the counts seen
     train_range: tuple[int, int] | None = None  # variable length: the trained lengths
     ref: str | None = None  # the row the comparisons are against (None: not in this table)
@@ -166,3 +165,8 @@ def row_key(label: str, ref: str = "bn"):
 
 def fmt_value(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def relative(path: Path, root: Path) -> str:
+    """`path` as the displays show it: relative to the summary's root ("." for the root itself)."""
+    return str(path.relative_to(root)) if path != root else "."

@@ -104,8 +104,9 @@ def test_runs_started_together_get_their_own_directories(tmp_path):
     directories, each with its own completed results.json. The collision is made certain, not left to
     the clock: every process is given the same directory name but for `${nb.pid:}`, the part the
     shipped run and sweep directories end with."""
-    shipped = OmegaConf.load(Path(normbench.__file__).parent / "configs" / "config.yaml").hydra
-    assert shipped.run.dir.endswith("_${nb.pid:}") and shipped.sweep.dir.endswith("_${nb.pid:}")
+    shipped = OmegaConf.to_container(OmegaConf.load(Path(normbench.__file__).parent / "configs" / "config.yaml"))
+    assert shipped["hydra"]["run"]["dir"].endswith("_${nb.pid:}")
+    assert shipped["hydra"]["sweep"]["dir"].endswith("_${nb.pid:}")
     root = write_tiny_fashion_mnist(tmp_path / "data")
     env = dict(CHILD_ENV)
     args = [sys.executable, "-m", "normbench", "train", f"data.root={root}", "data.val_size=100",

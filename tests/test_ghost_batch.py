@@ -7,7 +7,7 @@ from torch import nn
 
 from normbench import norms
 from normbench.errors import UserError
-from normbench.norms import batch, ghost
+from normbench.norms import batch, batch_stats
 
 K, GROUPS, C, T = 3, 4, 5, 6
 N = K * GROUPS
@@ -144,9 +144,9 @@ def test_closed_form_equals_sequential_updates():
     for s, mg in zip(stats, m):
         seen.append(value.clone())
         value = (1 - mg) * value + mg * s
-    keep, w = ghost.final_weights(m)
+    keep, w = batch_stats.final_weights(m)
     torch.testing.assert_close(keep * r + w @ stats, value, **TIGHT)
-    torch.testing.assert_close(ghost.running_before(r, stats, m), torch.stack(seen), **TIGHT)
+    torch.testing.assert_close(batch_stats.running_before(r, stats, m), torch.stack(seen), **TIGHT)
 
 
 def test_ghost_batch_errors_are_one_line():

@@ -198,7 +198,7 @@ def test_packed_run_writes_each_member_as_a_run(tiny_root, tmp_path):
             assert list(d.glob("events.out.tfevents.*"))
     accs = {json.loads(p.read_text())["test_acc"] for p in tmp_path.glob("*/results.json")}
     assert len(accs) > 1  # four different runs, not one copied
-    from normbench.summarize import find_runs
+    from normbench.runs import find_runs
 
     (tmp_path / ".hydra").mkdir()  # as Hydra leaves the pack's directory: its command line
     (tmp_path / ".hydra" / "overrides.yaml").write_text("- experiment=small_batch\n")

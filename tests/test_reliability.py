@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import CHILD_ENV, normbench_cli, write_tiny_fashion_mnist
-from normbench import guards, results, runner
+from normbench import cli, guards, results, runner
 from normbench.config import ModelConfig, NormConfig
 from normbench.errors import UserError
 from normbench.tracking import NullTracker
@@ -42,8 +43,9 @@ def assert_one_line_error(r, *needles: str, code: int = 2) -> str:
     return err
 
 
-# (overrides, words the message must contain). Hydra finds the first group at composition time.
-BAD_INPUTS = {
+# (overrides, words the message must contain). Hydra finds these at composition, before any task runs:
+# tested in process (cli.main, as the command calls it), since only Hydra and the explainer take part.
+COMPOSITION_ERRORS = {
     "misspelled key": ({"batchsize": 8}, ["unknown key 'batchsize'", "did you mean batch_size?"]),
     "misspelled nested key": ({"model.hiden": 3}, ["unknown key 'model.hiden'", "did you mean model.hidden?",
                                                    "valid keys of model: name, hidden"]),
@@ -59,6 +61,13 @@ BAD_INPUTS = {
     "empty group option": ({"norm": ""}, ["no norm given; choose one of:"]),
     "wrong type bool": ({"resume": "maybe"}, ["resume=maybe: resume takes true or false"]),
     "wrong type optional": ({"norm.groups": "x"}, ["norm.groups takes an integer or null"]),
+    "unknown optimizer": ({"optimizer": "adamw"}, ["unknown optimizer 'adamw'", "use one of: adam, sgd"]),
+    "unknown schedule": ({"schedule": "linear"}, ["unknown schedule 'linear'"]),
+    "unknown RNN cell": ({"model": "rnn", "model.cell": "transformer"}, ["unknown model.cell 'transformer'", "use one of: rnn, lstm, gru"]),
+}
+
+# Found by the run itself (the runner's checks, the data, the model): a process each, as a user runs it.
+BAD_INPUTS = {
     # found by the runner, before any data is read
     "batch_size < 1": ({"batch_size": 0}, ["batch_size must be >= 1 (got 0)"]),
     "lr = 0": ({"lr": 0}, ["lr must be > 0 (got 0.0)"]),
@@ -72,17 +81,36 @@ BAD_INPUTS = {
                   ["groups=5 does not divide 32 channels", "1, 2, 4, 8, 16, 32"]),
     "BN at batch size 1": ({"batch_size": 1}, ["at batch_size=1 the mlp's linear layers give it one value per "
                                                "channel", "use batch_size=2 or more", "ln, gn"]),
-    "unknown optimizer": ({"optimizer": "adamw"}, ["unknown optimizer 'adamw'", "use one of: adam, sgd"]),
     "log_every < 1": ({"log_every": 0}, ["log_every must be >= 1"]),
-    "unknown schedule": ({"schedule": "linear"}, ["unknown schedule 'linear'"]),
     "unknown device": ({"device": "tpu"}, ["unknown device 'tpu'"]),
     "norm undefined on layout": ({"norm": "in"}, ["in is not defined on flat features", "use ln or bn"]),
     "too many conv stages": ({"model": "cnn", "model.channels": "[8,8,8,8,8,8]"}, ["pool a 28x28 image to nothing"]),
     "val_size too large": ({"data.val_size": 100000}, ["data.val_size=100000 must be in [0, 600)"]),
     "subset < 1": ({"data.subset": 0}, ["data.subset=0 must be >= 1"]),
     "batch larger than data": ({"batch_size": 1000}, ["batch_size=1000 is larger than the 500 training samples"]),
-    "unknown RNN cell": ({"model": "rnn", "model.cell": "transformer"}, ["unknown model.cell 'transformer'", "use one of: rnn, lstm, gru"]),
 }
+
+
+class _Result:
+    def __init__(self, returncode: int, stderr: str):
+        self.returncode, self.stderr = returncode, stderr
+
+
+@pytest.mark.parametrize("case", COMPOSITION_ERRORS, ids=list(COMPOSITION_ERRORS))
+def test_a_composition_error_is_one_line(case, tiny_root, tmp_path, capsys, monkeypatch):
+    """Reference: docs/reliability.md, 'Validation before any work' (one line, exit 2, no traceback), for
+    what Hydra refuses while composing: `normbench train` in this process (cli.main), its stderr read."""
+    extra, needles = COMPOSITION_ERRORS[case]
+    run_dir = tmp_path / "run"
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        code = cli.main(["train", *quiet(tiny_root, run_dir, **extra)])
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    assert_one_line_error(_Result(code, capsys.readouterr().err), *needles)
+    assert not run_dir.exists(), "composition failed: no run may start"
 
 
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))

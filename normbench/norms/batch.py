@@ -8,7 +8,7 @@
 On `seq` layout the statistics cover real tokens only when given a mask (PowerNorm's masked BN,
 Shen et al. 2020); `masked=False` reproduces the naive layer whose statistics include the padding.
 `ghost_batch=K` normalizes each group of K consecutive samples by its own statistics and updates the
-running statistics once per group, in order (Hoffer et al. 2017; see ghost.py); `num_batches_tracked`
+running statistics once per group, in order (Hoffer et al. 2017; see batch_stats.py); `num_batches_tracked`
 then counts groups, as K-sample BatchNorm calls would. `positions=k` (images only) takes the training
 statistics over k spatial positions per image drawn at random each batch (all positions are normalized by
 them), so the values per channel, batch x k, can shrink at a fixed batch: the experiment that tells the
@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from normbench.errors import UserError
-from normbench.norms import ghost
+from normbench.norms import batch_stats
 from normbench.norms.common import batch_seq, check_batch_values
 from normbench.norms.registry import NormSpec, check_impl, register
 
@@ -35,10 +35,8 @@ from normbench.norms.registry import NormSpec, check_impl, register
 LOOP_MIN_VALUES = 32
 
 
-class BatchNorm(_BatchNorm):
+class BatchNorm(batch_stats.BatchStatistics, _BatchNorm):
     """torch's BatchNorm kernel for every layout: (N, C), (N, C, H, W), and (N, T, C) with a padding mask."""
-
-    stats_sink = None  # set by PreciseBN: receives the batch statistics instead of the running buffers
 
     def __init__(self, num_features: int, layout: str, *, masked: bool = True, ghost_batch: int | None = None,
                  positions: int | None = None, **kwargs):
@@ -51,7 +49,7 @@ class BatchNorm(_BatchNorm):
             self.splits_statistics = False  # engine.split_statistics: the draws are per batch, not per group
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        groups = ghost.num_groups(x.shape[0], self.ghost_batch, "BatchNorm") if self.training else 1
+        groups = self.groups(x, "BatchNorm")
         if self.layout != "seq":
             return self._dense(x, groups)
         return batch_seq(x, mask, self.masked, lambda rows: self._dense(rows, groups),
@@ -70,21 +68,21 @@ class BatchNorm(_BatchNorm):
             return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, True,
                                 self.momentum, self.eps)
         values = x.numel() // (x.shape[1] * groups)
-        ghost.check_group_values(values, self.ghost_batch, "BatchNorm")
+        batch_stats.check_group_values(values, self.ghost_batch, "BatchNorm")
         if x.device.type == "cpu" and values >= LOOP_MIN_VALUES and self.stats_sink is None:
             # K-sample kernel calls in turn: the definition itself, running statistics updated in place.
             self.num_batches_tracked.add_(groups)
             return torch.cat([F.batch_norm(part, self.running_mean, self.running_var, self.weight, self.bias, True,
                                            self.momentum, self.eps) for part in x.chunk(groups)])
-        xg = ghost.to_groups(x, groups)
+        xg = batch_stats.to_groups(x, groups)
         # Momentum 1 into fresh buffers: the kernel hands back each group's mean and unbiased variance.
         mean, var = x.new_zeros(xg.shape[1]), x.new_ones(xg.shape[1])
         weight = None if self.weight is None else self.weight.repeat(groups)
         bias = None if self.bias is None else self.bias.repeat(groups)
         y = F.batch_norm(xg, mean, var, weight, bias, True, 1.0, self.eps)
         self.num_batches_tracked.add_(groups)
-        ghost.absorb(self, mean.view(groups, -1), var.view(groups, -1), values)
-        return ghost.from_groups(y, groups)
+        batch_stats.absorb(self, mean.view(groups, -1), var.view(groups, -1), values)
+        return batch_stats.from_groups(y, groups)
 
     def _sampled(self, x: torch.Tensor) -> torch.Tensor:
         """(N, C, H, W) normalized by the mean and variance of `positions` distinct random positions of each
@@ -100,7 +98,7 @@ class BatchNorm(_BatchNorm):
         sub = flat.gather(2, idx[:, None, :].expand(n, c, k))  # (N, C, k)
         mean, var = sub.mean((0, 2)), sub.var((0, 2), unbiased=False)
         self.num_batches_tracked.add_(1)
-        ghost.absorb(self, mean[None], var[None] * (n * k / (n * k - 1)), n * k)
+        batch_stats.absorb(self, mean[None], var[None] * (n * k / (n * k - 1)), n * k)
         shape = (1, c) + (1,) * (x.dim() - 2)
         y = (x - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
         if self.weight is not None:
@@ -113,11 +111,11 @@ class BatchNorm(_BatchNorm):
         if not self.training:
             return F.batch_norm(xf, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0,
                                 self.eps) * w
-        mean, var, n = ghost.grouped_masked_moments(xf, w, groups)
+        mean, var, n = batch_stats.grouped_masked_moments(xf, w, groups)
         self.num_batches_tracked.add_(groups)
-        ghost.absorb(self, mean, ghost.unbiased(var, n), n)
+        batch_stats.absorb(self, mean, batch_stats.unbiased(var, n), n)
         rows = xf.shape[0]
-        y = (xf - ghost.spread(mean, groups, rows)) * torch.rsqrt(ghost.spread(var, groups, rows) + self.eps)
+        y = (xf - batch_stats.spread(mean, groups, rows)) * torch.rsqrt(batch_stats.spread(var, groups, rows) + self.eps)
         if self.weight is not None:
             y = y * self.weight
         if self.bias is not None:
@@ -151,7 +149,7 @@ def _check_positions(positions, layout: str, ghost_batch: int | None, impl: str)
 def build_bn(num_features: int, layout: str, *, eps: float = 1e-5, momentum: float = 0.1,
              affine: bool = True, masked: bool = True, ghost_batch: int | None = None,
              positions: int | None = None, impl: str = "native") -> nn.Module:
-    ghost.check_option(ghost_batch, "BatchNorm")
+    batch_stats.check_option(ghost_batch, "BatchNorm")
     if positions is not None:
         _check_positions(positions, layout, ghost_batch, impl)
         return BatchNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, positions=positions)

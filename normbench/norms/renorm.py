@@ -34,16 +34,15 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from normbench.errors import UserError
-from normbench.norms import ghost
+from normbench.norms import batch_stats
 from normbench.norms.common import batch_seq, check_batch_values, mean_var
 from normbench.norms.registry import NormSpec, register
 
 
-class BatchRenorm(_BatchNorm):
+class BatchRenorm(batch_stats.BatchStatistics, _BatchNorm):
     """Batch Renorm on torch's BN kernel: r and d fold into the kernel's scale and shift (per ghost batch, one
     kernel "channel" per (group, channel)), so the only extra work is one no-grad pass for the statistics."""
 
-    stats_sink = None  # set by PreciseBN: receives the batch statistics instead of the running buffers
     # Its training-mode output reads the running statistics, which each batch moves: a pass over batches in
     # turn is not one over their groups at once (engine.split_statistics leaves it alone)
     splits_statistics = False
@@ -97,9 +96,9 @@ class BatchRenorm(_BatchNorm):
             running_mean, running_var = self.running_mean, self.running_var
         else:
             n = torch.as_tensor(n, dtype=mean.dtype, device=mean.device).expand(mean.shape[0])
-            m = ghost.momenta(n, self.momentum)
-            running_mean = ghost.running_before(self.running_mean, mean, m)
-            running_var = ghost.running_before(self.running_var, ghost.unbiased(var, n), m)
+            m = batch_stats.momenta(n, self.momentum)
+            running_mean = batch_stats.running_before(self.running_mean, mean, m)
+            running_var = batch_stats.running_before(self.running_var, batch_stats.unbiased(var, n), m)
         sigma = torch.sqrt(running_var + self.eps)
         r = (torch.sqrt(var + self.eps) / sigma).clamp(r_max.reciprocal(), r_max)
         d = ((mean - running_mean) / sigma).clamp(-d_max, d_max)
@@ -119,7 +118,7 @@ class BatchRenorm(_BatchNorm):
         check_batch_values(x, "Batch Renorm")
         c = x.shape[1]
         values = x.numel() // (c * groups)
-        ghost.check_group_values(values, self.ghost_batch, "Batch Renorm")
+        batch_stats.check_group_values(values, self.ghost_batch, "Batch Renorm")
         with torch.no_grad():
             if x.dim() == 4:  # per (sample, channel) first: contiguous reductions, combined exactly below
                 m_nc, v_nc = mean_var(x, (2, 3), keepdim=False)
@@ -136,27 +135,27 @@ class BatchRenorm(_BatchNorm):
             return F.batch_norm(x, self.running_mean, self.running_var, weight[0], bias[0], True, self.momentum,
                                 self.eps)
         counts = torch.full((groups,), float(values), dtype=x.dtype, device=x.device)
-        ghost.absorb(self, mean, ghost.unbiased(var, counts), counts)
+        batch_stats.absorb(self, mean, batch_stats.unbiased(var, counts), counts)
         # The kernel normalizes each group by its own statistics; r and d ride on its scale and shift.
-        y = F.batch_norm(ghost.to_groups(x, groups), None, None, weight.flatten(), bias.flatten(), True, 0.0,
+        y = F.batch_norm(batch_stats.to_groups(x, groups), None, None, weight.flatten(), bias.flatten(), True, 0.0,
                          self.eps)
-        return ghost.from_groups(y, groups)
+        return batch_stats.from_groups(y, groups)
 
     def _weighted(self, xf: torch.Tensor, w: torch.Tensor, groups: int = 1) -> torch.Tensor:
         if not self.training:
             return self._dense(xf, 1) * w
-        mean, var, n = ghost.grouped_masked_moments(xf, w, groups)
+        mean, var, n = batch_stats.grouped_masked_moments(xf, w, groups)
         r, d = self._correction(mean.detach(), var.detach(), n)
         self.step.add_(1)
         self.num_batches_tracked.add_(groups)
-        ghost.absorb(self, mean, ghost.unbiased(var, n), n)
+        batch_stats.absorb(self, mean, batch_stats.unbiased(var, n), n)
         weight, bias = self._scale_shift(r, d)
         rows = xf.shape[0]
-        y = (xf - ghost.spread(mean, groups, rows)) * torch.rsqrt(ghost.spread(var, groups, rows) + self.eps)
-        return torch.addcmul(ghost.spread(bias, groups, rows), y, ghost.spread(weight, groups, rows)) * w
+        y = (xf - batch_stats.spread(mean, groups, rows)) * torch.rsqrt(batch_stats.spread(var, groups, rows) + self.eps)
+        return torch.addcmul(batch_stats.spread(bias, groups, rows), y, batch_stats.spread(weight, groups, rows)) * w
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        groups = ghost.num_groups(x.shape[0], self.ghost_batch, "Batch Renorm") if self.training else 1
+        groups = self.groups(x, "Batch Renorm")
         if self.layout == "seq":
             return batch_seq(x, mask, self.masked, lambda rows: self._dense(rows, groups),
                              lambda rows, w: self._weighted(rows, w, groups), self.training, groups > 1)
@@ -185,7 +184,7 @@ def build_brn(num_features: int, layout: str, *, eps: float = 1e-5, momentum: fl
                         f"+ ramp is <= 1 (got r_max={r_max}, d_max={d_max}, renorm_warmup_frac="
                         f"{renorm_warmup_frac}, renorm_r_ramp_frac={renorm_r_ramp_frac}, renorm_d_ramp_frac="
                         f"{renorm_d_ramp_frac})", "r_max=1, d_max=0 is plain BN; the paper's shape is 0.04, 0.27, 0.15")
-    ghost.check_option(ghost_batch, "Batch Renorm")
+    batch_stats.check_option(ghost_batch, "Batch Renorm")
     return BatchRenorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, masked=masked,
                        ghost_batch=ghost_batch, r_max=r_max, d_max=d_max, warmup=renorm_warmup_frac,
                        r_ramp=renorm_r_ramp_frac, d_ramp=renorm_d_ramp_frac)

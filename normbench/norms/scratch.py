@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normbench.norms.common import batch_dims, channel_shape, check_batch_values, check_spatial
-from normbench.norms.ghost import grouped_masked_moments, num_groups
+from normbench.norms.batch_stats import BatchStatistics, grouped_masked_moments, num_groups
 
 Tensor = torch.Tensor
 
@@ -37,14 +37,12 @@ class _Affine(nn.Module):
         return y
 
 
-class ScratchBatchNorm(_Affine):
+class ScratchBatchNorm(BatchStatistics, _Affine):
     """Ioffe & Szegedy, Algorithms 1-2: mu_B = mean over the batch (+ H, W / real tokens) per channel,
     var_B = mean (x - mu_B)^2, x_hat = (x - mu_B) / sqrt(var_B + eps), y = gamma x_hat + beta. Training
     keeps running averages (variance made unbiased, m / (m - 1)) that eval uses instead. Ghost batches
     (Hoffer et al., section 4.1) are literally that: the batch split into groups of K samples, each run
     through the same steps in turn."""
-
-    stats_sink = None  # set by PreciseBN: receives the batch statistics instead of the running buffers
 
     def __init__(self, num_features: int, layout: str, *, eps: float, momentum: float, affine: bool,
                  masked: bool, ghost_batch: int | None = None):

@@ -7,7 +7,7 @@ mu = sum_k w_k mu_k and sigma^2 = sum_k w'_k sigma^2_k, with separate softmax we
 variances (eq. 3-4); LN and BN statistics are computed from IN's, as the paper's implementation does.
 BN's branch keeps running averages that eval uses. On flat and seq features IN has one value per channel,
 so the mix is over LN and BN only (padding-aware on seq, like bn). With `ghost_batch=K` the BN branch's
-statistics are each group of K samples' (ghost.py); IN and LN are per sample already.
+statistics are each group of K samples' (batch_stats.py); IN and LN are per sample already.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from normbench.norms import ghost
+from normbench.norms import batch_stats
 from normbench.norms.common import batch_seq, check_batch_values, check_spatial, mean_var, scale_shift
 from normbench.norms.registry import NormSpec, register
 
 
-class SwitchableNorm(nn.Module):
-    stats_sink = None  # set by PreciseBN: receives the BN branch's statistics instead of the running buffers
+class SwitchableNorm(batch_stats.BatchStatistics, nn.Module):
+    """Its BN branch follows the batch-statistics protocol (PreciseBN re-estimates that branch's statistics)."""
 
     def __init__(self, num_features: int, layout: str, *, eps: float, momentum: float, affine: bool,
                  masked: bool, ghost_batch: int | None = None):
@@ -42,7 +42,7 @@ class SwitchableNorm(nn.Module):
         return self.mean_weight.softmax(0), self.var_weight.softmax(0)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        groups = ghost.num_groups(x.shape[0], self.ghost_batch, "Switchable Norm") if self.training else 1
+        groups = self.groups(x, "Switchable Norm")
         if self.layout == "image":
             return self._image(x, groups)
         if self.layout == "seq":
@@ -55,8 +55,8 @@ class SwitchableNorm(nn.Module):
         sample or token (rows, C), or (1, C) without ghost batches."""
         groups = mean.shape[0]
         counts = torch.as_tensor(n, dtype=mean.dtype, device=mean.device).expand(groups)
-        ghost.absorb(self, mean, ghost.unbiased(var, counts), counts)
-        return ghost.spread(mean, groups, rows), ghost.spread(var, groups, rows)
+        batch_stats.absorb(self, mean, batch_stats.unbiased(var, counts), counts)
+        return batch_stats.spread(mean, groups, rows), batch_stats.spread(var, groups, rows)
 
     def _running(self, shape) -> tuple[torch.Tensor, torch.Tensor]:
         return self.running_mean.view(shape), self.running_var.view(shape)
@@ -104,7 +104,7 @@ class SwitchableNorm(nn.Module):
         """(M, C) rows: LN per row, BN over the rows (over each group's rows with ghost batches)."""
         if self.training:
             check_batch_values(x, "Switchable Norm")
-            ghost.check_group_values(x.shape[0] // groups, self.ghost_batch, "Switchable Norm")
+            batch_stats.check_group_values(x.shape[0] // groups, self.ghost_batch, "Switchable Norm")
             mean_bn, var_bn = mean_var(x.reshape(groups, -1, x.shape[1]), 1, keepdim=False)
             mean_bn, var_bn = self._track(mean_bn, var_bn, x.shape[0] // groups, x.shape[0])
         else:
@@ -113,7 +113,7 @@ class SwitchableNorm(nn.Module):
 
     def _weighted_rows(self, xf: torch.Tensor, w: torch.Tensor, groups: int = 1) -> torch.Tensor:
         if self.training:
-            mean, var, n = ghost.grouped_masked_moments(xf, w, groups)
+            mean, var, n = batch_stats.grouped_masked_moments(xf, w, groups)
             mean_bn, var_bn = self._track(mean, var, n, xf.shape[0])
         else:
             mean_bn, var_bn = self._running((1, -1))
@@ -132,6 +132,6 @@ class SwitchableNorm(nn.Module):
 ))
 def build_sn(num_features: int, layout: str, *, eps: float = 1e-5, momentum: float = 0.1,
              affine: bool = True, masked: bool = True, ghost_batch: int | None = None) -> nn.Module:
-    ghost.check_option(ghost_batch, "Switchable Norm")
+    batch_stats.check_option(ghost_batch, "Switchable Norm")
     return SwitchableNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, masked=masked,
                           ghost_batch=ghost_batch)

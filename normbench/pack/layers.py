@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normbench import cells
-from normbench.norms import ghost
+from normbench.norms import batch_stats
 from normbench.norms.batch import BatchNorm
 from normbench.norms.common import TokenWise
 from normbench.pack.linear import batched_linear
@@ -145,12 +145,10 @@ def _unpack_affine(packed: nn.Module, modules, weight: str = "weight", bias: str
                 getattr(m, name).copy_(part)
 
 
-class PackedBatchNorm(nn.Module):
+class PackedBatchNorm(batch_stats.BatchStatistics, nn.Module):
     """S BatchNorms as one over S*C channels: torch's kernel, running statistics updated in place.
-    "c" layout for images; flat (S, N, C) features are moved to (N, S*C) and back."""
-
-    stats_sink = None  # set by PreciseBN, as on BatchNorm
-    ghost_batch = None  # set by engine.split_statistics only: packs train ghost-batch BN per member
+    "c" layout for images; flat (S, N, C) features are moved to (N, S*C) and back. Its `ghost_batch` is
+    set by engine.split_statistics only: packs train ghost-batch BN per member."""
 
     def __init__(self, modules: list[BatchNorm]):
         super().__init__()
@@ -167,16 +165,16 @@ class PackedBatchNorm(nn.Module):
         if flat:  # (S, N, C) -> (N, S*C)
             s, n, c = x.shape
             x = x.transpose(0, 1).reshape(n, s * c)
-        groups = ghost.num_groups(x.shape[0], self.ghost_batch, "BatchNorm") if self.training else 1
+        groups = self.groups(x, "BatchNorm")
         if self.training and (self.stats_sink is not None or groups > 1):
             # Each group's statistics (momentum 1 into fresh buffers), to PreciseBN's estimator or the running ones
-            xg = ghost.to_groups(x, groups)
+            xg = batch_stats.to_groups(x, groups)
             mean, var = x.new_zeros(xg.shape[1]), x.new_ones(xg.shape[1])
             weight = None if self.weight is None else self.weight.repeat(groups)
             bias = None if self.bias is None else self.bias.repeat(groups)
-            y = ghost.from_groups(F.batch_norm(xg, mean, var, weight, bias, True, 1.0, self.eps), groups)
+            y = batch_stats.from_groups(F.batch_norm(xg, mean, var, weight, bias, True, 1.0, self.eps), groups)
             self.num_batches_tracked.add_(groups)
-            ghost.absorb(self, mean.view(groups, -1), var.view(groups, -1), xg.numel() // xg.shape[1])
+            batch_stats.absorb(self, mean.view(groups, -1), var.view(groups, -1), xg.numel() // xg.shape[1])
         else:
             if self.training:
                 self.num_batches_tracked.add_(1)

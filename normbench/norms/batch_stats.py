@@ -1,7 +1,9 @@
-"""Ghost batches (Hoffer et al. 2017, arXiv 1705.08741) and the running-statistics update every batch norm
-shares.
+"""The batch-statistics protocol every norm with running statistics follows (`BatchStatistics`: BatchNorm,
+Batch Renorm, Switchable Norm, the scratch BN, the packed BN), and what they share to follow it: ghost
+batches (Hoffer et al. 2017, arXiv 1705.08741) and the running-statistics update.
 
-    g = num_groups(x.shape[0], 4, "BatchNorm")     # N = 64 samples -> 16 groups of 4 (a UserError if 4 ∤ N)
+    isinstance(m, BatchStatistics)                 # what the evaluations, PreciseBN and the models look for
+    g = m.groups(x, "BatchNorm")                   # N = 64 samples, ghost_batch=4 -> 16 (a UserError if 4 ∤ N)
     y = from_groups(F.batch_norm(to_groups(x, g), ...), g)   # torch's kernel, one "channel" per (group, c)
     absorb(bn, mean, var_unbiased, n)                # (G, C) group statistics -> running statistics
 
@@ -23,6 +25,30 @@ import torch
 from normbench.errors import UserError
 
 Tensor = torch.Tensor
+
+
+class BatchStatistics:
+    """A norm whose training output depends on the batch, with running statistics for evaluation. What
+    the rest of normbench reads or sets on it, declared once:
+
+    - `ghost_batch`: statistics over each group of this many consecutive samples (None: the whole batch).
+      A training option of bn, brn and sn; engine.split_statistics sets it during an evaluation pass, so
+      one pass over large batches normalizes each group of the training batch size on its own.
+    - `splits_statistics`: False where such a pass is not the same as passes over each group (Batch
+      Renorm's output reads running statistics that every batch moves; BN over random positions draws
+      per batch): split_statistics then leaves the norm alone and its callers pass small batches.
+    - `stats_sink`: set by PreciseBN; `absorb` hands each group's statistics to it instead of the
+      running buffers.
+    - `running_mean`, `running_var`: buffers, what evaluation normalizes with.
+    """
+
+    ghost_batch: int | None = None
+    splits_statistics: bool = True
+    stats_sink = None
+
+    def groups(self, x: Tensor, name: str) -> int:
+        """How many ghost batches this forward's batch holds: 1 in eval mode or without ghost batches."""
+        return num_groups(x.shape[0], self.ghost_batch, name) if self.training else 1
 
 
 def check_option(ghost_batch: int | None, name: str) -> None:

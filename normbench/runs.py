@@ -1,0 +1,76 @@
+"""The runs of a sweep, as summarize reads them: every run directory under a path, with its status, and
+the numbers each completed run reports.
+
+    runs = find_runs(Path("outputs/multirun/2025-01-01/12-00-00"))
+    for metric, column, value in measurements(runs[0]): ...
+
+Failed, diverged, incomplete and unreadable run directories are runs too (with a note), never fatal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from normbench.config import flatten
+from normbench.results import PACK, RESULTS, read_results
+from normbench.tables import METRICS, Run
+
+
+def _overrides(run_dir: Path) -> list[str]:
+    """The command line Hydra recorded for the run (.hydra/overrides.yaml), [] when there is none."""
+    path = run_dir / ".hydra" / "overrides.yaml"
+    if not path.exists():
+        return []
+    import yaml
+
+    try:
+        return [str(o) for o in yaml.safe_load(path.read_text()) or []]
+    except yaml.YAMLError:
+        return []
+
+
+def find_runs(root: Path) -> list[Run]:
+    """Every run directory under `root`: those with a results.json, and those Hydra created (a .hydra/
+    folder) that have none yet (still running, or killed)."""
+    dirs = {p.parent for p in root.rglob(RESULTS)} | {p.parent for p in root.rglob(".hydra") if p.is_dir()}
+    runs = []
+    for d in sorted(dirs):
+        if (d / PACK).exists() and not (d / RESULTS).exists():  # a pack: its members are the runs
+            continue
+        if not (d / RESULTS).exists():
+            runs.append(Run(d, "incomplete", note="no results.json (still running, or killed)",
+                            overrides=_overrides(d)))
+            continue
+        try:
+            res = read_results(d / RESULTS)
+        except ValueError as e:
+            runs.append(Run(d, "unreadable", note=str(e)))
+            continue
+        config = flatten(res["config"]) if isinstance(res["config"], dict) else {}
+        pack_dir = d.parent if (d.parent / PACK).exists() else None  # a pack's member: the pack's command line
+        run = Run(d, res["status"], config, res, overrides=_overrides(pack_dir or d))
+        if run.status == "failed":
+            run.note = res.get("error") or "failed"
+        elif run.status == "diverged":
+            run.note = f"non-finite loss at step {res.get('diverged_step')}"
+        elif not isinstance(res.get("test_acc"), (int, float)):
+            run.status, run.note = "incomplete", "completed without a test_acc"
+        runs.append(run)
+    return runs
+
+
+def measurements(run: Run) -> list[tuple[str, str, float]]:
+    """(metric, column, accuracy) for every number a completed run reports."""
+    res, c = run.results, run.config
+    if not run.varlen:
+        out = [(m, str(c.get("batch_size")), res.get(m)) for m in METRICS]
+    else:
+        pad = f"pad×{c.get('varlen.heavy_pad', 2):g}"
+        out = [("test_acc", length, acc) for length, acc in (res.get("test_acc_by_length") or {}).items()]
+        out += [("test_acc", "mixed", res.get("test_acc_mixed")), ("test_acc", pad, res.get("test_acc_heavy_pad")),
+                ("test_acc_train_mode", "original", res.get("test_acc_train_mode")),  # the unresized test set
+                ("test_acc_train_mode", "mixed", res.get("test_acc_mixed_train_mode")),
+                ("test_acc_train_mode", pad, res.get("test_acc_heavy_pad_train_mode"))]
+        out += [("test_acc_precise_bn", length, acc)  # re-estimated on training images stretched to each length
+                for length, acc in (res.get("test_acc_by_length_precise_bn") or {}).items()]
+    return [(m, a, float(v)) for m, a, v in out if isinstance(v, (int, float))]
