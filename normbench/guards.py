@@ -2,7 +2,7 @@
 
     check_writable(run_dir)                     # UserError if results could not be saved there
     check_batch_statistics(cfg, values, layouts) # UserError for BatchNorm at one value per channel
-    finished = resume_state(run_dir, config)    # the results of a finished run, or None to train
+    finished = finished_results(run_dir, config) # the results of a finished run, or None to train
 
 The runner calls these; each failure is a `UserError` (one line: what is wrong, how to fix it).
 """
@@ -62,18 +62,9 @@ def config_differences(old: dict, new: dict) -> list[str]:
     return sorted(k for k in a.keys() | b.keys() if k not in runtime_keys() and a.get(k) != b.get(k))
 
 
-def resume_state(run_dir: Path, config: dict) -> dict | None:
-    """For `resume=true`: the results of a run that already finished here (nothing to redo), or None
-    to train (from checkpoint.pt when there is one). A directory of a different config is refused."""
-    run_dir = Path(run_dir)
-    finished = finished_results(run_dir, config)
-    if finished is None:
-        check_checkpoint(run_dir / CHECKPOINT)
-    return finished
-
-
 def finished_results(run_dir: Path, config: dict) -> dict | None:
-    """The results.json in `run_dir` if it records a finished run of `config`; refuses another config's."""
+    """For `resume=true`: the results.json in `run_dir` if it records a finished run of `config` (nothing
+    to redo), else None (train, from checkpoint.pt when there is one); refuses another config's."""
     results = Path(run_dir) / RESULTS
     if not results.exists():
         return None

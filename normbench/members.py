@@ -42,8 +42,3 @@ class Members(nn.Module):
     def unpacked(self) -> tuple[nn.Module, ...]:
         """The member models, holding the pack's current state (for recording or evaluating them alone)."""
         raise NotImplementedError
-
-
-def size_of(model: nn.Module) -> int:
-    """How many members `model` trains: S for a pack, 1 for a plain model."""
-    return model.size if isinstance(model, Members) else 1
