@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from normbench import norms
-from normbench.norms.weight import wn_conv2d, wn_linear
 
 SHAPES = {"flat": (6, 16), "image": (5, 16, 6, 7), "seq": (4, 9, 16)}
 WITH_IMPL = [n for n in norms.names() if "impl" in norms.get(n).options() and n != "wn"]
@@ -109,12 +108,14 @@ def test_sync_free_masked_path_equals_gather_path(name):
 def test_scratch_weight_norm_equals_native(layer):
     """Reference: torch.nn.utils.parametrizations.weight_norm (w = g v / ||v||, dim 0)."""
     torch.manual_seed(0)
+    native, scratch = norms.factory("wn"), norms.factory("wn", impl="scratch")
     if layer == "linear":
-        native, scratch = wn_linear(12, 7), wn_linear(12, 7, impl="scratch")
+        native, scratch = native.linear(12, 7), scratch.linear(12, 7)
         x = torch.randn(5, 12)
     else:
-        native, scratch = wn_conv2d(3, 7, 3, padding=1), wn_conv2d(3, 7, 3, padding=1, impl="scratch")
+        native, scratch = native.conv2d(3, 7, 3, padding=1), scratch.conv2d(3, 7, 3, padding=1)
         x = torch.randn(2, 3, 6, 6)
+    assert type(native) is not type(scratch)  # the factory picked the twin
     with torch.no_grad():
         scratch.weight_v.copy_(native.parametrizations.weight.original1)
         scratch.weight_g.copy_(native.parametrizations.weight.original0.uniform_(0.5, 2))

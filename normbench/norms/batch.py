@@ -26,7 +26,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from normbench.errors import UserError
 from normbench.norms import batch_stats
 from normbench.norms.common import batch_seq, check_batch_values
-from normbench.norms.registry import NormSpec, check_impl, register
+from normbench.norms.registry import NormSpec, register
 
 # Ghost batches on the CPU: with this many values per channel in a group or more, one kernel call per group
 # beat one call over all groups folded into channels (to_groups copies the input and its gradient); below
@@ -128,14 +128,14 @@ class BatchNorm(batch_stats.BatchStatistics, _BatchNorm):
                 f"{extra}")
 
 
-def _check_positions(positions, layout: str, ghost_batch: int | None, impl: str) -> None:
+def _check_positions(positions, layout: str, ghost_batch: int | None) -> None:
     if isinstance(positions, bool) or not isinstance(positions, int) or positions < 1:
         raise UserError(f"BatchNorm positions must be a number of spatial positions >= 1 (got {positions!r})",
                         "set norm.positions=k (k random positions per image), or null for all of them")
     if layout != "image":
         raise UserError(f"norm.positions samples spatial positions, which {layout} features do not have",
                         "use it with model=cnn (BatchNorm on images), or leave norm.positions=null")
-    if ghost_batch is not None or check_impl(impl) != "native":
+    if ghost_batch is not None:
         raise UserError("norm.positions combines with neither norm.ghost_batch nor norm.impl=scratch",
                         "set one of them only")
 
@@ -148,15 +148,10 @@ def _check_positions(positions, layout: str, ghost_batch: int | None, impl: str)
 ))
 def build_bn(num_features: int, layout: str, *, eps: float = 1e-5, momentum: float = 0.1,
              affine: bool = True, masked: bool = True, ghost_batch: int | None = None,
-             positions: int | None = None, impl: str = "native") -> nn.Module:
+             positions: int | None = None) -> nn.Module:
     batch_stats.check_option(ghost_batch, "BatchNorm")
     if positions is not None:
-        _check_positions(positions, layout, ghost_batch, impl)
+        _check_positions(positions, layout, ghost_batch)
         return BatchNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, positions=positions)
-    if check_impl(impl) == "scratch":
-        from normbench.norms.scratch import ScratchBatchNorm
-
-        return ScratchBatchNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, masked=masked,
-                                ghost_batch=ghost_batch)
     return BatchNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, masked=masked,
                      ghost_batch=ghost_batch)

@@ -13,7 +13,7 @@ from torch import nn
 
 from normbench.errors import UserError
 from normbench.norms.common import check_spatial
-from normbench.norms.registry import NormSpec, check_impl, register
+from normbench.norms.registry import NormSpec, register
 
 
 def check_groups(groups: int, num_features: int, layout: str = "image", name: str = "GroupNorm") -> None:
@@ -69,12 +69,7 @@ class RowGroupNorm(nn.GroupNorm):
         "seq": "per-channel statistics over time would leak future tokens into every step; use ln or bn",
     },
 ))
-def build_in(num_features: int, layout: str, *, eps: float = 1e-5, affine: bool = True,
-             impl: str = "native") -> nn.Module:
-    if check_impl(impl) == "scratch":
-        from normbench.norms.scratch import ScratchInstanceNorm
-
-        return ScratchInstanceNorm(num_features, eps=eps, affine=affine)
+def build_in(num_features: int, layout: str, *, eps: float = 1e-5, affine: bool = True) -> nn.Module:
     return InstanceNorm(num_features, eps=eps, affine=affine)
 
 
@@ -85,13 +80,9 @@ def build_in(num_features: int, layout: str, *, eps: float = 1e-5, affine: bool 
     paper="Wu & He 2018, arXiv 1803.08494",
 ))
 def build_gn(num_features: int, layout: str, *, groups: int = 8, eps: float = 1e-5,
-             affine: bool = True, impl: str = "native") -> nn.Module:
+             affine: bool = True) -> nn.Module:
     # The paper's default is 32 groups on ResNets of 64-2048 channels; our models have 32-256
     # channels, and 8 groups keeps at least 4 channels per group.
     check_groups(groups, num_features, layout)
-    if check_impl(impl) == "scratch":
-        from normbench.norms.scratch import ScratchGroupNorm
-
-        return ScratchGroupNorm(groups, num_features, layout, eps=eps, affine=affine)
     cls = nn.GroupNorm if layout == "image" else RowGroupNorm
     return cls(groups, num_features, eps=eps, affine=affine)

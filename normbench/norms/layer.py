@@ -12,7 +12,7 @@ from __future__ import annotations
 from torch import nn
 
 from normbench.norms.common import TokenWise
-from normbench.norms.registry import NormSpec, check_impl, register
+from normbench.norms.registry import NormSpec, register
 
 
 @register(NormSpec(
@@ -21,12 +21,7 @@ from normbench.norms.registry import NormSpec, check_impl, register
     batch_dependent=False, params="scale, shift per channel",
     paper="Ba, Kiros & Hinton 2016, arXiv 1607.06450",
 ))
-def build_ln(num_features: int, layout: str, *, eps: float = 1e-5, affine: bool = True,
-             impl: str = "native") -> nn.Module:
-    if check_impl(impl) == "scratch":
-        from normbench.norms.scratch import ScratchLayerNorm
-
-        return ScratchLayerNorm(num_features, layout, eps=eps, affine=affine)
+def build_ln(num_features: int, layout: str, *, eps: float = 1e-5, affine: bool = True) -> nn.Module:
     if layout == "image":
         return nn.GroupNorm(1, num_features, eps=eps, affine=affine)
     norm = nn.LayerNorm(num_features, eps=eps, elementwise_affine=affine)

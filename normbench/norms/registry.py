@@ -33,6 +33,30 @@ def check_impl(impl: str) -> str:
     return impl
 
 
+# (norm name, "norm" | "linear" | "conv2d") -> the from-scratch twin of that builder (norms/scratch.py
+# registers them with `twin`): called as the native builder is, with its options and their defaults.
+_TWINS: dict[tuple[str, str], Callable[..., nn.Module]] = {}
+
+
+def twin(name: str, role: str = "norm"):
+    """Decorator: register the from-scratch twin of norm `name`'s builder `role` (the norm itself, or the
+    linear / conv2d layer a reparameterizing norm builds). `norm.impl=scratch` picks it, here only."""
+
+    def deco(build):
+        _TWINS[name, role] = build
+        return build
+
+    return deco
+
+
+def _implementation(name: str, role: str, native: Callable[..., nn.Module], options: dict) -> Callable[..., nn.Module]:
+    """The builder `options["impl"]` selects for `role` (removing impl from `options`): `native`, or its
+    twin. The one place normbench chooses between a PyTorch kernel and its from-scratch twin."""
+    if check_impl(options.pop("impl", "native")) == "scratch":
+        return _TWINS.get((name, role), native)  # wn's norm is an identity either way: its twins are layers
+    return native
+
+
 def keyword_options(fn: Callable) -> dict[str, object]:
     """A function's keyword-only parameters and their defaults: a build function's options."""
     return {p.name: p.default for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY}
@@ -62,8 +86,9 @@ class NormSpec:
         return tuple(layout for layout in LAYOUTS if layout not in self.unsupported)
 
     def options(self) -> dict[str, object]:
-        """The options `build` accepts, with their defaults."""
-        return keyword_options(self.build)
+        """The options `build` accepts, with their defaults; `impl` where a from-scratch twin exists."""
+        twins = any(name == self.name for name, _ in _TWINS)
+        return {**keyword_options(self.build), **({"impl": "native"} if twins else {})}
 
     @property
     def reparameterizes(self) -> bool:
@@ -131,7 +156,9 @@ def create(name: str, num_features: int, layout: str, **options) -> nn.Module:
     spec = get(name)
     options = _without_null_ghost(options)
     _check(spec, layout, options)
-    module = spec.build(num_features, layout, **options)
+    options = {**spec.options(), **options}  # a twin takes the native builder's defaults, never its own
+    build = _implementation(name, "norm", spec.build, options)
+    module = build(num_features, layout, **options)
     setattr(module, TAG, (name, layout))
     return module
 
@@ -153,15 +180,16 @@ class NormFactory:
         return create(self.name, num_features, layout, **self.options)
 
     def linear(self, in_features: int, out_features: int, bias: bool = True) -> nn.Module:
-        return self._layer(self.spec.linear, in_features, out_features, bias=bias)
+        return self._layer("linear", self.spec.linear, in_features, out_features, bias=bias)
 
     def conv2d(self, in_channels: int, out_channels: int, kernel_size: int, **kwargs) -> nn.Module:
-        return self._layer(self.spec.conv2d, in_channels, out_channels, kernel_size, **kwargs)
+        return self._layer("conv2d", self.spec.conv2d, in_channels, out_channels, kernel_size, **kwargs)
 
-    def _layer(self, builder: Callable[..., nn.Module], *args, **kwargs) -> nn.Module:
+    def _layer(self, role: str, builder: Callable[..., nn.Module], *args, **kwargs) -> nn.Module:
         """A layer builder receives the norm options it names as keyword-only parameters (e.g. impl)."""
         if builder in (nn.Linear, nn.Conv2d):
             return builder(*args, **kwargs)
+        builder = _implementation(self.name, role, builder, dict(self.options))
         named = keyword_options(builder)
         layer = builder(*args, **kwargs, **{k: v for k, v in self.options.items() if k in named})
         setattr(layer, TAG, (self.name, "layer"))

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normbench.norms.common import TokenWise
-from normbench.norms.registry import NormSpec, check_impl, register
+from normbench.norms.registry import NormSpec, register
 
 
 class ImageRMSNorm(nn.Module):
@@ -35,12 +35,7 @@ class ImageRMSNorm(nn.Module):
     batch_dependent=False, params="scale per channel",
     paper="Zhang & Sennrich 2019, arXiv 1910.07467",
 ))
-def build_rms(num_features: int, layout: str, *, eps: float = 1e-8, affine: bool = True,
-              impl: str = "native") -> nn.Module:
-    if check_impl(impl) == "scratch":
-        from normbench.norms.scratch import ScratchRMSNorm
-
-        return ScratchRMSNorm(num_features, layout, eps=eps, affine=affine)
+def build_rms(num_features: int, layout: str, *, eps: float = 1e-8, affine: bool = True) -> nn.Module:
     if layout == "image":
         return ImageRMSNorm(num_features, eps=eps, affine=affine)
     norm = nn.RMSNorm(num_features, eps=eps, elementwise_affine=affine)

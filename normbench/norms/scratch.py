@@ -5,7 +5,10 @@ each equal to the native kernel (outputs, gradients, running statistics).
     bn = norms.create("bn", 32, "image", impl="scratch")
     layer = norms.factory("wn", impl="scratch").linear(784, 256)
 
-They are for reading and verification; the native kernels are faster and stay the default.
+They are for reading and verification; the native kernels are faster and stay the default. Each is
+registered as its native builder's twin at the end of this module (`registry.twin`): the registry
+passes it the native builder's arguments and options, defaults included, and picks it for
+`impl="scratch"` in one place.
 """
 
 from __future__ import annotations
@@ -14,8 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from normbench.errors import UserError
+from normbench.norms.batch_stats import BatchStatistics, check_option, grouped_masked_moments, num_groups
 from normbench.norms.common import batch_dims, channel_shape, check_batch_values, check_spatial
-from normbench.norms.batch_stats import BatchStatistics, grouped_masked_moments, num_groups
+from normbench.norms.group import check_groups
+from normbench.norms.registry import twin
 
 Tensor = torch.Tensor
 
@@ -186,3 +192,40 @@ class ScratchWeightNormConv2d(nn.Conv2d):
     def forward(self, x: Tensor) -> Tensor:
         w = self.weight_g * self.weight_v / _direction_norm(self.weight_v)
         return self._conv_forward(x, w, self.bias)
+
+
+# The twins, each called as its native builder is (norms/batch.py, layer.py, group.py, rms.py, weight.py).
+@twin("bn")
+def _bn(num_features: int, layout: str, *, eps: float, momentum: float, affine: bool, masked: bool,
+        ghost_batch: int | None, positions: int | None) -> nn.Module:
+    check_option(ghost_batch, "BatchNorm")
+    if positions is not None:
+        raise UserError("norm.positions combines with neither norm.ghost_batch nor norm.impl=scratch",
+                        "set one of them only")
+    return ScratchBatchNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, masked=masked,
+                            ghost_batch=ghost_batch)
+
+
+@twin("ln")
+def _ln(num_features: int, layout: str, *, eps: float, affine: bool) -> nn.Module:
+    return ScratchLayerNorm(num_features, layout, eps=eps, affine=affine)
+
+
+@twin("in")
+def _in(num_features: int, layout: str, *, eps: float, affine: bool) -> nn.Module:
+    return ScratchInstanceNorm(num_features, eps=eps, affine=affine)
+
+
+@twin("gn")
+def _gn(num_features: int, layout: str, *, groups: int, eps: float, affine: bool) -> nn.Module:
+    check_groups(groups, num_features, layout)
+    return ScratchGroupNorm(groups, num_features, layout, eps=eps, affine=affine)
+
+
+@twin("rms")
+def _rms(num_features: int, layout: str, *, eps: float, affine: bool) -> nn.Module:
+    return ScratchRMSNorm(num_features, layout, eps=eps, affine=affine)
+
+
+twin("wn", "linear")(ScratchWeightNormLinear)
+twin("wn", "conv2d")(ScratchWeightNormConv2d)

@@ -16,22 +16,14 @@ from torch.nn.utils.parametrizations import weight_norm
 
 from normbench.errors import UserError
 from normbench.norms.basic import Identity
-from normbench.norms.registry import NormSpec, check_impl, register
+from normbench.norms.registry import NormSpec, register
 
 
-def wn_linear(in_features: int, out_features: int, bias: bool = True, *, impl: str = "native") -> nn.Module:
-    if check_impl(impl) == "scratch":
-        from normbench.norms.scratch import ScratchWeightNormLinear
-
-        return ScratchWeightNormLinear(in_features, out_features, bias=bias)
+def wn_linear(in_features: int, out_features: int, bias: bool = True) -> nn.Module:
     return weight_norm(nn.Linear(in_features, out_features, bias=bias), dim=0)
 
 
-def wn_conv2d(in_channels: int, out_channels: int, kernel_size, *, impl: str = "native", **kwargs) -> nn.Module:
-    if check_impl(impl) == "scratch":
-        from normbench.norms.scratch import ScratchWeightNormConv2d
-
-        return ScratchWeightNormConv2d(in_channels, out_channels, kernel_size, **kwargs)
+def wn_conv2d(in_channels: int, out_channels: int, kernel_size, **kwargs) -> nn.Module:
     return weight_norm(nn.Conv2d(in_channels, out_channels, kernel_size, **kwargs), dim=0)
 
 
@@ -42,8 +34,7 @@ def wn_conv2d(in_channels: int, out_channels: int, kernel_size, *, impl: str = "
     paper="Salimans & Kingma 2016, arXiv 1602.07868",
     linear=wn_linear, conv2d=wn_conv2d,
 ))
-def build_wn(num_features: int, layout: str, *, impl: str = "native") -> nn.Module:
-    check_impl(impl)
+def build_wn(num_features: int, layout: str) -> nn.Module:
     return Identity()
 
 
