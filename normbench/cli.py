@@ -226,6 +226,7 @@ def _hydra_train(argv: list[str]) -> int:
     try:
         cli_errors.check_added_keys(overrides)
         cli_errors.check_pack_overrides(overrides)
+        cli_errors.check_model_override(overrides)
         train()
         if task.error is not None:
             raise task.error

@@ -190,3 +190,13 @@ def check_pack_overrides(overrides: list[str]) -> None:
             value = next(o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == one)
             raise UserError(f"{one}={value} and {many} both choose the {'seed' if one == 'seed' else 'learning rate'}",
                             f"drop {one}=...: each member's {one} comes from {many}")
+
+
+def check_model_override(overrides: list[str]) -> None:
+    """`model.name=cnn` would rename the composed model without its defaults (the MLP's depth and dropout
+    would stay); the model group, `model=cnn`, brings the CNN's own."""
+    for o in overrides:
+        key, _, value = o.lstrip("+~").partition("=")
+        if key == "model.name":
+            raise UserError(f"model.name={value} renames the model but keeps the other model's defaults",
+                            f"choose the model with model={value or 'NAME'} (its own defaults come with it)")

@@ -276,24 +276,26 @@ def train(model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list, 
         epoch_batches = (model.member_batches(batch_fn, splits.train_x, splits.train_y, cfg.batch_size, shuffles)
                          if packed else batch_fn(splits.train_x, splits.train_y, cfg.batch_size, shuffle=True,
                                                  generator=shuffles[0], drop_last=True))
-        for x, y, lengths in epoch_batches:
-            lrs = [lr_at(state.steps) for lr_at in schedules]
-            set_lrs(opt, lrs)
-            with autocast:
-                logits = forward(x, lengths)
-                total, losses = losses_of(logits, y)
-            opt.zero_grad(set_to_none=True)
-            total.backward()
-            opt.step()
-            window.add(losses, logits, y)
-            state.steps += 1
-            last = state.steps >= total_steps
-            if len(window.items) == cfg.log_every or last:
-                _log(window, clock, outs, trackers, state.steps, lrs)
-                if not live():
+        # closed as the loop leaves it, before validation: a pack's stream then forgets its members' lengths
+        with contextlib.closing(epoch_batches):
+            for x, y, lengths in epoch_batches:
+                lrs = [lr_at(state.steps) for lr_at in schedules]
+                set_lrs(opt, lrs)
+                with autocast:
+                    logits = forward(x, lengths)
+                    total, losses = losses_of(logits, y)
+                opt.zero_grad(set_to_none=True)
+                total.backward()
+                opt.step()
+                window.add(losses, logits, y)
+                state.steps += 1
+                last = state.steps >= total_steps
+                if len(window.items) == cfg.log_every or last:
+                    _log(window, clock, outs, trackers, state.steps, lrs)
+                    if not live():
+                        break
+                if last:
                     break
-            if last:
-                break
         if window.items and live():  # the epoch's last, partial window
             _log(window, clock, outs, trackers, state.steps, lrs)
         clock.lap(live())
@@ -323,11 +325,13 @@ def train(model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list, 
 
 class _Clock:
     """Training time and samples per member: each lap (a log point, an epoch's end) is credited to the
-    members still training, so a member that diverges mid-epoch keeps the time it trained."""
+    members still training, so a member that diverges mid-epoch keeps the time it trained. `window`: when
+    the current log window's steps began (after the last report), for the per-window rate."""
 
     def __init__(self, outs: list[FitResult], batch_size: int):
         self.outs, self.batch_size = outs, batch_size
         self.started, self.steps = time.perf_counter(), 0
+        self.window = self.started
 
     def lap(self, members: list[int]) -> None:
         now = time.perf_counter()
@@ -343,11 +347,10 @@ def _log(window: _Window, clock: _Clock, outs: list[FitResult], trackers: list, 
     diverged at that step (its `steps`), whatever the log interval."""
     n = len(window.items)
     clock.steps += n
-    started = clock.started
     losses, accs = window.read(len(outs))  # the host sync: the clock reads after it
     members = [k for k, o in enumerate(outs) if o.status != "diverged"]
     clock.lap(members)
-    seconds = clock.started - started
+    seconds = clock.started - clock.window
     for k in members:
         out = outs[k]
         bad = [i for i, v in enumerate(losses[k]) if not math.isfinite(v)]
@@ -359,6 +362,7 @@ def _log(window: _Window, clock: _Clock, outs: list[FitResult], trackers: list, 
         trackers[k].step(steps, {"loss/train": sum(losses[k]) / n, "acc/train": accs[k],
                                  "throughput/samples_per_s": n * clock.batch_size / max(seconds, 1e-9),
                                  "lr": lrs[k]})
+    clock.window = time.perf_counter()  # the next window's rate starts after these reports
 
 
 def accelerate(model: nn.Module, cfg: Config, device: torch.device):

@@ -19,11 +19,12 @@ Batch = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]  # (x, y, lengt
 
 
 class Members(nn.Module):
-    """S members trained as one model; member k was built (and is recorded) as the run with `seeds[k]`."""
+    """S members trained as one model; member k was built (and is recorded) as the run with `seeds[k]`
+    (None when the pack was built without them: then nothing that draws a member's batches can run)."""
 
     batch_dim = 1  # inputs are (S, N, ...)
     size: int
-    seeds: list[int]
+    seeds: list[int] | None
 
     def member_batches(self, batch_fn: Callable, x: torch.Tensor, y: torch.Tensor, batch_size: int,
                        generators: list[torch.Generator], **kw) -> Iterator[Batch]:

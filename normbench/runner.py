@@ -172,7 +172,7 @@ def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list
     names = [n for n, _ in pack]
     # The members differ in seed (and lr): TensorBoard's HParams shows those axes as a sweep's would
     hparam_domains = {**(hparam_domains or {}), **{k: sorted({getattr(m, k) for _, m in pack}) for k in ("seed", "lr")}}
-    mode = plan.mode_for(cfg, pick_device(cfg.device).type)
+    mode = _pack_mode(cfg, run_dir)
     where = {"dir": str(run_dir), "members": len(pack), "mode": str(mode)}
     guards.check_writable(run_dir)
     # The pack's own record: its members and its config (summarize lists the members, not this directory)
@@ -183,6 +183,23 @@ def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list
     else:
         results = _train_members(cfg, members, run_dir, hparam_domains)
     return _summary(names, results)
+
+
+def _pack_mode(cfg: Config, run_dir: Path) -> PackMode:
+    """How a pack trains: on resume, as its pack.json says (its checkpoints are where that mode put them,
+    whatever device it resumes on); else `pack.mode`, `auto` decided for this device. A device that is
+    missing is not an error here: setup says so inside the lifecycle, where every member records it."""
+    recorded = run_dir / PACK
+    if cfg.resume and recorded.exists():
+        try:
+            return PackMode(json.loads(recorded.read_text())["mode"])
+        except (OSError, ValueError, KeyError):
+            pass  # unreadable: decide afresh
+    try:
+        device_type = pick_device(cfg.device).type
+    except UserError:
+        device_type = "cpu"
+    return plan.mode_for(cfg, device_type)
 
 
 def _summary(names: list[str], results: list[dict]) -> dict[str, Any]:
@@ -209,7 +226,7 @@ def _train_members(cfg: Config, members: list[tuple], checkpoint_dir: Path,
             return finished
         guards.check_checkpoint(checkpoint_dir / CHECKPOINT)
     results = [start_results(c, d, w) for d, c, w in members]
-    trackers: list = [None] * len(members)
+    trackers: list = [tracker] if tracker is not None else [None] * len(members)  # closed however it ends
     try:
         device, make = setup(cfgs[0])
         splits = data.load(cfg.data, device)

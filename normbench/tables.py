@@ -1,5 +1,6 @@
-"""The data of a summary, shared by its computation (summarize.py) and its displays (report.py, plots.py,
-html_report.py, tb_aggregate.py): runs, cells of seeds, tables, paired comparisons and their order.
+"""The data of a summary, shared by its computation (runs.py, labels.py, tabulate.py, summarize.py) and its
+displays (report.py, plots.py, html_report.py, tb_aggregate.py): runs, entries of seeds, tables, paired
+comparisons and their order.
 
     cell = Entry(); cell.add(seed=0, value=0.84)
     cell.mean, cell.ci                                  # None where undefined (n < 2)

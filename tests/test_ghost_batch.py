@@ -134,7 +134,7 @@ def test_a_group_with_one_real_token_leaves_the_running_statistics_alone():
 
 def test_closed_form_equals_sequential_updates():
     """Reference: G running-average updates r <- (1 - m_g) r + m_g s_g done one by one, with some groups
-    skipped (m_g = 0), against ghost.py's closed forms for the final value and the value before each group."""
+    skipped (m_g = 0), against batch_stats.py's closed forms for the final value and the value before each group."""
     g = torch.Generator().manual_seed(0)
     stats = torch.randn(7, 3, generator=g, dtype=torch.float64)
     m = torch.tensor([0.1, 0.1, 0.0, 0.1, 0.3, 0.0, 0.1], dtype=torch.float64)

@@ -214,3 +214,50 @@ def test_a_checkpoint_of_the_old_format_resumes_and_a_newer_one_is_refused(tiny_
     (tmp_path / "b" / "results.json").unlink()
     with pytest.raises(UserError, match="newer normbench"):
         runner.run(replace(cfg, resume=True), tmp_path / "b", tracker=NullTracker())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_a_pack_asked_for_a_missing_device_records_the_failure_in_every_member(tiny_root, tmp_path):
+    """Reference: the single run's contract (a results.json also when setup fails), for each member."""
+    cfg = cfg_for(tiny_root, device="cuda", pack=PackConfig(seeds=[0, 1]))
+    with pytest.raises(UserError, match="no CUDA device"):
+        runner.run(cfg, tmp_path)
+    for s in (0, 1):
+        res = read(tmp_path / f"seed={s}")
+        assert res["status"] == "failed" and "no CUDA device" in res["error"]
+
+
+def test_a_resumed_pack_keeps_the_mode_its_pack_json_records(tiny_root, tmp_path, monkeypatch):
+    """Reference: the same pack unbroken. pack.mode is a runtime key (resume accepts another value, and
+    auto decides by device), but a pack trained one member after another keeps its checkpoints in the
+    members' directories: resumed with pack.mode=auto, which would pack it here, it must go on as it began."""
+    cfg = cfg_for(tiny_root, epochs=3, max_steps=None, pack=PackConfig(seeds=[0, 1], mode="sequential"))
+    runner.run(cfg, tmp_path / "a")
+    real = runner.make_trackers
+    monkeypatch.setattr(runner, "make_trackers", lambda *a, **k: InterruptAt(40))  # in epoch 2 of seed=0
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(cfg, tmp_path / "b")
+    monkeypatch.setattr(runner, "make_trackers", real)
+    assert (tmp_path / "b" / "seed=0" / "checkpoint.pt").exists()
+    auto = replace(cfg, resume=True, pack=PackConfig(seeds=[0, 1], mode="auto"))
+    runner.run(auto, tmp_path / "b")
+    for s in (0, 1):
+        got, want = read(tmp_path / "b" / f"seed={s}"), read(tmp_path / "a" / f"seed={s}")
+        assert got["packed"]["mode"] == "sequential"
+        assert same_numbers(got) == same_numbers(want)
+
+
+def test_a_callers_tracker_is_closed_when_setup_fails(tiny_root, tmp_path):
+    """Reference: the tracker contract (close() once, whatever happens): a validation split larger than
+    the data fails while the data loads, before any tracker is made."""
+    class Closing(NullTracker):
+        closed = 0
+
+        def close(self):
+            self.closed += 1
+
+    tracker = Closing()
+    cfg = cfg_for(tiny_root, data=DataConfig(root=str(tiny_root), val_size=100_000, download=False))
+    with pytest.raises(UserError):
+        runner.run(cfg, tmp_path / "run", tracker=tracker)
+    assert tracker.closed == 1 and read(tmp_path / "run")["status"] == "failed"

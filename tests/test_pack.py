@@ -60,8 +60,11 @@ def packed(cfg: Config, splits):
     results = [{} for _ in pack]
     models = [runner.build_model(m, make, splits, device, r) for (_, m), r in zip(pack, results)]
     trackers = [Losses() for _ in pack]
-    fitted = train(PackedModel(models), splits, [replace(m, lr=r["lr_effective"]) for (_, m), r in zip(pack, results)],
+    packed_model = PackedModel(models)
+    fitted = train(packed_model, splits, [replace(m, lr=r["lr_effective"]) for (_, m), r in zip(pack, results)],
                    trackers, device, batch_fn=studies.for_config(cfg).train_batches(cfg))
+    # The last training batch's padded lengths must not outlive it (validation would run with them)
+    assert packed_model.net.steps is None
     return [(t.losses, m, f) for t, m, f in zip(trackers, models, fitted)], [m for _, m in pack]
 
 
@@ -75,6 +78,11 @@ def assert_members_equal_separate_runs(cfg: Config):
             assert len(losses) == len(want_losses) > 0
             # (relative too: a diverging member's last losses are astronomically large)
             torch.testing.assert_close(torch.tensor(losses), torch.tensor(want_losses), rtol=TOL, atol=TOL)
+            # every epoch's validation too (the run stops mid-epoch at max_steps, then validates)
+            assert len(fitted.history) == len(want_fit.history)
+            for have_epoch, want_epoch in zip(fitted.history, want_fit.history):
+                for key in ("step", "loss/val", "acc/val"):
+                    assert have_epoch[key] == pytest.approx(want_epoch[key], rel=TOL, abs=TOL, nan_ok=True), key
             if want_fit.status == "diverged":  # the run stopped there; the member's slices go on as NaN
                 continue
             want = want_model.state_dict()

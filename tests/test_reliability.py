@@ -64,6 +64,7 @@ COMPOSITION_ERRORS = {
     "unknown optimizer": ({"optimizer": "adamw"}, ["unknown optimizer 'adamw'", "use one of: adam, sgd"]),
     "unknown schedule": ({"schedule": "linear"}, ["unknown schedule 'linear'"]),
     "unknown RNN cell": ({"model": "rnn", "model.cell": "transformer"}, ["unknown model.cell 'transformer'", "use one of: rnn, lstm, gru"]),
+    "model.name instead of model": ({"model.name": "cnn"}, ["model.name=cnn renames the model", "model=cnn"]),
 }
 
 # Found by the run itself (the runner's checks, the data, the model): a process each, as a user runs it.

@@ -2,10 +2,10 @@
 
     validate_pack(cfg)                      # UserError (one line) for each way a pack is asked for wrongly
     members(cfg)                            # [("lr=0.001,seed=3", member config), ...]: lrs outer, seeds inner
-    mode_for(cfg, device)                   # PackMode.packed or PackMode.sequential
+    mode_for(cfg, "cpu")                    # PackMode.packed or PackMode.sequential on this kind of device
 
-Each member is the single run it stands for: its own seed and lr, `pack` unset. This module reads only
-the config, so the runner plans a pack before it builds anything.
+Each member is the single run it stands for: its own seed and lr, `pack` unset. This module imports only
+the config (the device comes in as its type), so the runner plans a pack before it builds anything.
 """
 
 from __future__ import annotations

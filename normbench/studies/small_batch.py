@@ -68,6 +68,8 @@ def precise_batches(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn
         return torch.Generator(device=splits.train_x.device).manual_seed(seed)
 
     if isinstance(model, Members):
+        if model.seeds is None:
+            raise ValueError("PreciseBN draws each member's batches by its seed: build the pack with seeds")
         return model.member_batches(batch_fn, splits.train_x, splits.train_y, cfg.batch_size,
                                     [generator(s) for s in model.seeds])
     return batch_fn(splits.train_x, splits.train_y, cfg.batch_size, shuffle=True, generator=generator(cfg.seed),
