@@ -138,12 +138,13 @@ def one_line(text: str) -> str:
     return "; ".join(lines)
 
 
+def _given(overrides: list[str]) -> dict[str, str]:
+    """key -> value of each `key=value` on the command line (`+key`, `~key` as `key`)."""
+    return dict(o.lstrip("+~").partition("=")[::2] for o in overrides)
+
+
 def _value_of(key: str, overrides: list[str]) -> str:
-    for o in overrides:
-        k, _, v = o.lstrip("+~").partition("=")
-        if k == key:
-            return v
-    return ""
+    return _given(overrides).get(key, "")
 
 
 def explain(e: BaseException, overrides: list[str] = ()) -> UserError | None:
@@ -183,20 +184,18 @@ def check_added_keys(overrides: list[str]) -> None:
 def check_pack_overrides(overrides: list[str]) -> None:
     """`seed=...` with `pack.seeds=...` (or `lr=` with `pack.lrs=`) on one command line: the config alone
     cannot tell `seed=0` from the default, so the command line is read here."""
-    keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides
-            if o.split("=", 1)[1:] != ["null"]}  # pack.lrs=null lr=0.1: one lr, as a plain run
+    given = {k: v for k, v in _given(overrides).items() if v != "null"}  # pack.lrs=null lr=0.1: one lr
     for one, many in (("seed", "pack.seeds"), ("lr", "pack.lrs")):
-        if one in keys and many in keys:
-            value = next(o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == one)
-            raise UserError(f"{one}={value} and {many} both choose the {'seed' if one == 'seed' else 'learning rate'}",
+        if one in given and many in given:
+            raise UserError(f"{one}={given[one]} and {many} both choose the {'seed' if one == 'seed' else 'learning rate'}",
                             f"drop {one}=...: each member's {one} comes from {many}")
 
 
 def check_model_override(overrides: list[str]) -> None:
     """`model.name=cnn` would rename the composed model without its defaults (the MLP's depth and dropout
     would stay); the model group, `model=cnn`, brings the CNN's own."""
-    for o in overrides:
-        key, _, value = o.lstrip("+~").partition("=")
-        if key == "model.name":
-            raise UserError(f"model.name={value} renames the model but keeps the other model's defaults",
+    given = _given(overrides)
+    if "model.name" in given:
+        value = given["model.name"]
+        raise UserError(f"model.name={value} renames the model but keeps the other model's defaults",
                             f"choose the model with model={value or 'NAME'} (its own defaults come with it)")

@@ -265,11 +265,8 @@ def train(model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list, 
         losses = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(size, -1).mean(1)
         return losses.sum(), losses
 
-    def live() -> list[int]:
-        return [k for k, o in enumerate(outs) if o.status != "diverged"]
-
     for epoch in range(state.epochs_done, epochs):
-        if state.steps >= total_steps or not live():  # resumed after its last step: nothing left to train
+        if state.steps >= total_steps or not _live(outs):  # resumed after its last step: nothing left to train
             break
         model.train()
         window, clock = _Window(), _Clock(outs, cfg.batch_size)
@@ -292,14 +289,14 @@ def train(model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list, 
                 last = state.steps >= total_steps
                 if len(window.items) == cfg.log_every or last:
                     _log(window, clock, outs, trackers, state.steps, lrs)
-                    if not live():
+                    if not _live(outs):
                         break
                 if last:
                     break
-        if window.items and live():  # the epoch's last, partial window
+        if window.items and _live(outs):  # the epoch's last, partial window
             _log(window, clock, outs, trackers, state.steps, lrs)
-        clock.lap(live())
-        if not live():
+        clock.lap(_live(outs), 0)  # the tail after the last log: time only
+        if not _live(outs):
             break
 
         val_losses, val_accs = evaluate(model if packed else forward,
@@ -307,7 +304,7 @@ def train(model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list, 
         if not packed:
             val_losses, val_accs = [val_losses], [val_accs]
         state.epochs_done = epoch + 1
-        for k in live():
+        for k in _live(outs):
             out = outs[k]
             out.steps, out.epochs_done = state.steps, state.epochs_done
             metrics = {"step": state.steps, "loss/val": val_losses[k], "acc/val": val_accs[k],
@@ -330,15 +327,20 @@ class _Clock:
 
     def __init__(self, outs: list[FitResult], batch_size: int):
         self.outs, self.batch_size = outs, batch_size
-        self.started, self.steps = time.perf_counter(), 0
-        self.window = self.started
+        self.started = self.window = time.perf_counter()
 
-    def lap(self, members: list[int]) -> None:
+    def lap(self, members: list[int], steps: int) -> None:
+        """Credit the time since the last lap, and `steps` steps' samples, to `members`."""
         now = time.perf_counter()
         for k in members:
             self.outs[k].train_seconds += now - self.started
-            self.outs[k].samples += self.steps * self.batch_size
-        self.started, self.steps = now, 0
+            self.outs[k].samples += steps * self.batch_size
+        self.started = now
+
+
+def _live(outs: list[FitResult]) -> list[int]:
+    """The members still training."""
+    return [k for k, o in enumerate(outs) if o.status != "diverged"]
 
 
 def _log(window: _Window, clock: _Clock, outs: list[FitResult], trackers: list, steps: int,
@@ -346,10 +348,9 @@ def _log(window: _Window, clock: _Clock, outs: list[FitResult], trackers: list, 
     """Read the window and report each live member's part; a member with a non-finite loss is marked
     diverged at that step (its `steps`), whatever the log interval."""
     n = len(window.items)
-    clock.steps += n
     losses, accs = window.read(len(outs))  # the host sync: the clock reads after it
-    members = [k for k, o in enumerate(outs) if o.status != "diverged"]
-    clock.lap(members)
+    members = _live(outs)
+    clock.lap(members, n)
     seconds = clock.started - clock.window
     for k in members:
         out = outs[k]

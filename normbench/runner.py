@@ -64,8 +64,6 @@ def validate(cfg: Config) -> None:
         if not ok:
             raise UserError(what, fix)
     studies.for_config(cfg).validate(cfg)
-    if plan.is_pack(cfg):
-        plan.validate_pack(cfg)
 
 
 def make_trackers(cfg: Config, run_dir: Path, config_dict: dict,
@@ -217,7 +215,7 @@ def _train_members(cfg: Config, members: list[tuple], checkpoint_dir: Path,
     finished when anything stops it (a crash, a user error, Ctrl-C, its test suite cut short) is written
     as failed with why; what was already written stays."""
     started = time.perf_counter()
-    dirs, cfgs, wheres = zip(*members)
+    dirs, cfgs, _ = zip(*members)
     for d in dirs:
         guards.check_writable(d)
     if cfg.resume:
