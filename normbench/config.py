@@ -61,6 +61,11 @@ class Placement(Choice):
     recurrent = "recurrent"  # the norm inside the cell, at every time step
 
 
+class Split(Choice):
+    fixed = "fixed"  # one validation split and training subset for every run (drawn from seed 0)
+    per_seed = "per_seed"  # each run's seed draws its own (runs at one seed still share it)
+
+
 def runtime(default: Any, **kw) -> Any:
     """A field that does not change what a run computes (see the module docstring)."""
     return field(default=default, metadata={"runtime": True}, **kw)
@@ -131,15 +136,25 @@ class DataConfig:
     root: Optional[str] = runtime(None)  # where datasets live (null: $NORMBENCH_DATA, else ./data)
     val_size: int = 5000  # training samples held out for validation
     subset: Optional[int] = None  # train on only this many samples (smoke runs)
+    split: Split = Split.fixed  # fixed | per_seed: what draws the validation split and the subset
     download: bool = runtime(True)  # let torchvision download when the files are nowhere on disk
     augment: bool = False  # augment training batches on the device (validation and test never are)
     crop_padding: int = 4  # ... random crop of each image zero-padded by this many pixels (0 = no crop)
     hflip: bool = True  # ... mirror half the images left-right
 
+    def __post_init__(self) -> None:
+        self.split = _choice(Split, self.split, "data.split")
+
 
 def data_root(cfg: DataConfig) -> str:
     """`data.root`, else $NORMBENCH_DATA, else ./data."""
     return cfg.root or os.environ.get("NORMBENCH_DATA") or "./data"
+
+
+def split_seed(cfg: DataConfig, seed: int) -> int:
+    """The seed that draws the validation split and `data.subset` of a run with seed `seed`: 0 for every
+    run (`data.split=fixed`), else the run's own. Runs with equal split seeds train on the same data."""
+    return seed if cfg.split == Split.per_seed else 0
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from normbench import norms
-from normbench.config import Config, flatten, runtime_keys
+from normbench.config import Config, flatten, runtime_keys, to_dict
 from normbench.errors import UserError
 from normbench.results import RESULTS
 
@@ -57,9 +57,11 @@ def check_batch_statistics(cfg: Config, values_per_channel: int | None, layouts:
 
 def config_differences(old: dict, new: dict) -> list[str]:
     """The keys (dotted) whose values differ, ignoring the runtime keys (config.py marks them: they do
-    not change what is trained, so resuming with another value is fine)."""
-    a, b = flatten(old), flatten(new)
-    return sorted(k for k in a.keys() | b.keys() if k not in runtime_keys() and a.get(k) != b.get(k))
+    not change what is trained, so resuming with another value is fine). A key a config lacks (one recorded
+    before the key existed, such as data.split) counts as at its default, which is what that run trained with."""
+    a, b, default = flatten(old), flatten(new), flatten(to_dict(Config()))
+    return sorted(k for k in a.keys() | b.keys()
+                  if k not in runtime_keys() and a.get(k, default.get(k)) != b.get(k, default.get(k)))
 
 
 def finished_results(run_dir: Path, config: dict) -> dict | None:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from normbench import cells, data, engine, guards, models, norms, probe, studies
-from normbench.config import Config, NormConfig, PackMode, to_dict
+from normbench.config import Config, NormConfig, PackMode, split_seed, to_dict
 from normbench.data import batches
 from normbench.engine import evaluate, pick_device
 from normbench.errors import UserError
@@ -179,8 +179,28 @@ def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list
     if mode == PackMode.sequential:  # one after another, each its own one-member run (and checkpoint)
         results = [_train_members(m, [(d, m, w)], d, hparam_domains)[0] for d, m, w in members]
     else:
-        results = _train_members(cfg, members, run_dir, hparam_domains)
+        results = _train_groups(cfg, members, run_dir, hparam_domains)
     return _summary(names, results)
+
+
+def _train_groups(cfg: Config, members: list[tuple], run_dir: Path,
+                  hparam_domains: dict[str, list] | None) -> list[dict[str, Any]]:
+    """A packed pack: its members trained as one computation per group of members that share their data
+    (`plan.groups`: all of them, checkpoint in the run directory; with data.split=per_seed, each seed's,
+    one after another, each group's checkpoint in its first member's directory). Results in member order."""
+    groups = plan.groups(cfg)
+    if len(groups) == 1:
+        return _train_members(cfg, members, run_dir, hparam_domains)
+    if not cfg.resume:  # every member says "unfinished" from the start, as one pack's do, until its group runs
+        for d, c, w in members:
+            guards.check_writable(d)
+            start_results(c, d, w)
+    results: list[dict[str, Any]] = [{}] * len(members)
+    for group_cfg, ks in groups:
+        group = [members[k] for k in ks]
+        for k, res in zip(ks, _train_members(group_cfg, group, group[0][0], hparam_domains)):
+            results[k] = res
+    return results
 
 
 def _pack_mode(cfg: Config, run_dir: Path) -> PackMode:
@@ -227,7 +247,9 @@ def _train_members(cfg: Config, members: list[tuple], checkpoint_dir: Path,
     trackers: list = [tracker] if tracker is not None else [None] * len(members)  # closed however it ends
     try:
         device, make = setup(cfgs[0])
-        splits = data.load(cfg.data, device)
+        seeds = {split_seed(c.data, c.seed) for c in cfgs}
+        assert len(seeds) == 1, f"members with different data (split seeds {sorted(seeds)}) cannot train as one"
+        splits = data.load(cfg.data, device, seed=cfgs[0].seed)
         nets = [build_model(c, make, splits, device, r) for c, r in zip(cfgs, results)]
         if len(nets) == 1:
             model = nets[0]

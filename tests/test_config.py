@@ -119,3 +119,12 @@ def test_runs_started_together_get_their_own_directories(tmp_path):
     found = sorted((tmp_path / "outputs").glob("same_*/results.json"))
     assert len(found) == 3
     assert sorted(json.loads(f.read_text())["config"]["seed"] for f in found) == [0, 1, 2]
+
+
+def test_a_run_recorded_before_a_key_existed_resumes_at_that_keys_default():
+    """Reference: what such a run trained with, the key's default. A results.json written before
+    data.split existed has no data.split: resume compares it as `fixed`, and refuses `per_seed`."""
+    old = to_dict(Config())
+    del old["data"]["split"]
+    assert guards.config_differences(old, to_dict(Config())) == []
+    assert guards.config_differences(old, to_dict(Config(data=DataConfig(split="per_seed")))) == ["data.split"]

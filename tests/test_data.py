@@ -75,3 +75,60 @@ def test_real_fashion_mnist_from_debian(tmp_path):
     s = data.load(DataConfig(root=str(tmp_path), val_size=0, download=False), torch.device("cpu"))
     assert s.train_x.shape == (60000, 1, 28, 28) and s.test_x.shape == (10000, 1, 28, 28)
     assert torch.bincount(s.train_y).tolist() == [6000] * 10
+
+
+def reference(cfg: DataConfig, seed: int) -> dict[str, torch.Tensor]:
+    """The splits by their definition: validation = the first `val_size` of `torch.randperm(n)` from a
+    generator seeded by `seed`, training = the next `subset`, normalized by the training images' mean/std."""
+    train_x, train_y, _, _ = fashion_mnist.load_fashion_mnist(cfg)
+    perm = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(seed))
+    val_idx, train_idx = perm[:cfg.val_size], perm[cfg.val_size:][:cfg.subset]
+    train = train_x[train_idx].to(torch.get_default_dtype()).div_(255)
+    mean, std = train.mean(dim=(0, 2, 3), keepdim=True), train.std(dim=(0, 2, 3), keepdim=True)
+    val = (train_x[val_idx].to(torch.get_default_dtype()).div_(255) - mean) / std
+    return {"train_x": (train - mean) / std, "train_y": train_y[train_idx].long(),
+            "val_x": val, "val_y": train_y[val_idx].long()}
+
+
+def same(s: data.Splits, want: dict[str, torch.Tensor]) -> bool:
+    return all(torch.equal(getattr(s, k), v) for k, v in want.items())
+
+
+def test_fixed_split_is_seed_0s_for_every_run_and_per_seed_is_the_runs_own(tiny_root):
+    """Reference: `reference` above, the permutation of a generator seeded by 0 (data.split=fixed, the
+    default: every run, whatever its seed, as before the option existed) or by the run's seed (per_seed)."""
+    cfg = DataConfig(root=str(tiny_root), val_size=100, subset=200, download=False)
+    assert cfg.split == "fixed"
+    cpu = torch.device("cpu")
+    fixed0, fixed3 = data.load(cfg, cpu, seed=0), data.load(cfg, cpu, seed=3)
+    assert fixed3 is fixed0  # one split, so one cache entry: the cache keys on the seed the split is drawn from
+    assert same(fixed0, reference(cfg, 0))
+    per_seed = DataConfig(root=str(tiny_root), val_size=100, subset=200, download=False, split="per_seed")
+    s0, s1 = data.load(per_seed, cpu, seed=0), data.load(per_seed, cpu, seed=1)
+    assert same(s0, reference(cfg, 0)) and same(s1, reference(cfg, 1))  # per_seed at seed 0 is the fixed split
+    assert not torch.equal(s0.val_y, s1.val_y) and not torch.equal(s0.train_y, s1.train_y)
+    assert data.load(per_seed, cpu, seed=1) is s1
+    assert torch.equal(s0.test_y, s1.test_y)  # the test set is always the whole official one
+    with pytest.raises(UserError, match="unknown data.split 'seeded'"):
+        DataConfig(split="seeded")
+
+
+def test_per_seed_runs_at_one_seed_share_their_split_across_norms(tiny_cfg, tmp_path, monkeypatch):
+    """Reference: `reference` at the run's seed. What runner.run trains on with data.split=per_seed: runs
+    at one seed with another norm, batch size and lr see the same split (they pair); another seed its own."""
+    from dataclasses import replace
+
+    from normbench import runner
+    from normbench.config import NormConfig
+
+    seen = []
+    real = data.load
+    monkeypatch.setattr(data, "load", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    cfg = replace(tiny_cfg, max_steps=1, data=replace(tiny_cfg.data, subset=200, split="per_seed"))
+    runs = [replace(cfg, seed=1), replace(cfg, seed=1, norm=NormConfig(name="gn", groups=4), batch_size=8, lr=0.01),
+            replace(cfg, seed=2)]
+    for k, c in enumerate(runs):
+        assert runner.run(c, tmp_path / str(k))["status"] == "completed"
+    assert len(seen) == 3
+    assert same(seen[0], reference(cfg.data, 1)) and same(seen[1], reference(cfg.data, 1))
+    assert same(seen[2], reference(cfg.data, 2)) and not torch.equal(seen[2].val_y, seen[0].val_y)

@@ -246,7 +246,8 @@ def test_pack_lrs_null_lets_an_experiment_with_an_lr_grid_run_one_lr(tiny_root, 
 
 def _numbers(res: dict, prefix: str = "") -> dict[str, float]:
     """Every number a run's results hold about its model (not timings), by dotted key."""
-    skip = {"wall_s", "train_samples_per_s", "throughput", "lr_effective", "torch_threads"}
+    skip = {"wall_s", "train_s", "eval_s", "eval_passes", "train_samples_per_s", "throughput", "lr_effective",
+            "torch_threads"}
     out = {}
     for k, v in res.items():
         if k in skip or k in ("config", "versions", "packed", "history"):
@@ -343,3 +344,38 @@ def test_a_pack_scores_every_member_as_the_member_alone(model, norm, tiny_root):
         assert calls == []
         evaluate(limited, data.batches(splits.test_x, splits.test_y, 4, drop_last=True))
         assert calls
+
+
+def test_a_per_seed_pack_trains_each_seeds_members_on_that_seeds_split_as_plain_runs(tiny_root, tmp_path):
+    """Reference: runner.run of each member alone (`pack.seeds=null seed=s lr=x`). With data.split=per_seed
+    each seed has its own validation split and subset, and a packed model trains on one split: the members
+    of each seed train packed together (their lrs), one seed after another, each group checkpointed in its
+    first member's directory. Every number in each member's results.json must match its run's."""
+    from normbench.pack.plan import groups, mode_for
+
+    cfg = config(tiny_root, "mlp", "bn", pack=PackConfig(seeds=[0, 1], lrs=[1e-3, 3e-3], mode="packed"))
+    cfg.max_steps, cfg.log_every = 5, 5
+    cfg.data.subset, cfg.data.split = 200, "per_seed"
+    assert [ks for _, ks in groups(cfg)] == [[0, 2], [1, 3]]  # members lrs outer, seeds inner
+    assert [g.pack.seeds for g, _ in groups(cfg)] == [[0], [1]]
+    assert [ks for _, ks in groups(replace(cfg, data=replace(cfg.data, split="fixed")))] == [[0, 1, 2, 3]]
+    # one member per seed: nothing to pack, so auto runs them one after another
+    assert mode_for(replace(cfg, pack=PackConfig(seeds=[0, 1, 2])), "cpu") == "sequential"
+    with torch_dtype(torch.float64):
+        summary = runner.run(cfg, tmp_path / "pack")
+        assert summary["status"] == "completed" and len(summary["members"]) == 4
+        assert sorted(p.parent.name for p in (tmp_path / "pack").glob("*/checkpoint.pt")) == \
+            ["lr=0.001,seed=0", "lr=0.001,seed=1"] and not (tmp_path / "pack" / "checkpoint.pt").exists()
+        accs = set()
+        for lr in (1e-3, 3e-3):
+            for seed in (0, 1):
+                alone = replace(cfg, seed=seed, lr=lr, pack=PackConfig())
+                want = _numbers(runner.run(alone, tmp_path / f"lr={lr:g},seed={seed}"))
+                got = json.loads((tmp_path / f"pack/lr={lr:g},seed={seed}/results.json").read_text())
+                assert got["config"]["data"]["split"] == "per_seed" and got["packed"]["mode"] == "packed"
+                have = _numbers(got)
+                assert have.keys() == want.keys() and {"test_acc", "val_acc"} <= want.keys()
+                for key in want:
+                    assert have[key] == pytest.approx(want[key], rel=0, abs=TOL), key
+                accs.add((got["val_acc"], got["test_acc"]))
+        assert len(accs) > 1

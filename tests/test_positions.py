@@ -81,3 +81,24 @@ def test_impossible_positions_are_one_line_errors(layout, opts, why):
 def test_positions_on_another_norm_is_refused():
     with pytest.raises(UserError, match="takes no option positions"):
         norms.create("ln", C, "image", positions=2)
+
+
+def test_positions_leave_the_models_initialization_as_plain_bn():
+    """Reference: the plain-BN CNN at the same seed. The position seed is drawn without advancing torch's
+    generator, so every weight initialized after a positions layer is plain BN's (the runs pair), and the
+    model's two positions layers draw different positions, the same ones at every build of that seed."""
+    def build(**opts):
+        torch.manual_seed(3)
+        return models.create(ModelConfig(name="cnn", channels=[4, 8], hidden=16), norms.factory("bn", **opts),
+                             (1, 28, 28), 10)
+
+    plain, sampled = build(), build(positions=4)
+    want, have = plain.state_dict(), sampled.state_dict()
+    assert have.keys() == want.keys() and any("net.4." in k for k in want)  # weights after the first BN too
+    for key in want:
+        assert torch.equal(have[key], want[key]), key
+    seeds = [m.position_seed for m in sampled.modules() if getattr(m, "positions", None) is not None]
+    assert len(seeds) == 2 and seeds[0] != seeds[1]
+    assert seeds == [m.position_seed for m in build(positions=4).modules() if getattr(m, "positions", None)]
+    first, second = [m for m in sampled.modules() if getattr(m, "positions", None) is not None]
+    assert not torch.equal(_drawn(first, 0), _drawn(second, 0))

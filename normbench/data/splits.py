@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from normbench.config import DataConfig, data_root
+from normbench.config import DataConfig, data_root, split_seed
 from normbench.errors import UserError
 
 
@@ -64,11 +64,14 @@ def _fingerprint(root: str) -> tuple:
 def load(cfg: DataConfig, device: torch.device, seed: int = 0) -> Splits:
     """Read dataset `cfg.name`, split validation off the training set, normalize, move to `device`.
 
-    The validation split depends on `seed` only through a fixed generator, so runs that differ only in
-    norm or batch size see the same split. Mean/std come from the training split alone. The splits of
-    the last call are kept: the runs of a sweep in one process (Hydra's basic launcher) decode and
-    normalize the files once. They are never written to (batches are copies), so sharing is safe.
+    `seed` is the run's seed. The validation split and `cfg.subset` are drawn from a generator seeded by
+    `split_seed(cfg, seed)`: 0 for every run with `data.split=fixed`, the run's seed with `per_seed`;
+    either way runs that differ only in norm, batch size or lr see the same split. Mean/std come from the
+    training split alone. The splits of the last call are kept: the runs of a sweep in one process
+    (Hydra's basic launcher) decode and normalize the files once (with `fixed`, whatever their seeds).
+    They are never written to (batches are copies), so sharing is safe.
     """
+    seed = split_seed(cfg, seed)  # the cache keys on the seed the split is drawn from
     key = (repr(replace(cfg, root=data_root(cfg), download=False)), str(device), seed, torch.get_default_dtype(),
            _fingerprint(data_root(cfg)))
     if key not in _CACHE:

@@ -35,6 +35,14 @@ from normbench.norms.registry import NormSpec, register
 LOOP_MIN_VALUES = 32
 
 
+def position_seed() -> int:
+    """A seed drawn from a copy of torch's global CPU generator: deterministic given the run's seed and
+    what was drawn before it, and without advancing the global stream."""
+    gen = torch.Generator()
+    gen.set_state(torch.get_rng_state())
+    return int(torch.randint(2**31 - 1, (), generator=gen))
+
+
 class BatchNorm(batch_stats.BatchStatistics, _BatchNorm):
     """torch's BatchNorm kernel for every layout: (N, C), (N, C, H, W), and (N, T, C) with a padding mask."""
 
@@ -44,8 +52,11 @@ class BatchNorm(batch_stats.BatchStatistics, _BatchNorm):
         self.layout, self.masked, self.ghost_batch, self.positions = layout, masked, ghost_batch, positions
         if positions is not None:
             # Each batch's positions come from this seed and the batch count (a buffer): drawn the same way
-            # whether the run resumes or trains in a pack, and from nothing else's random stream.
-            self.position_seed = int(torch.randint(2**31 - 1, ()))
+            # whether the run resumes or trains in a pack, and from nothing else's random stream. The seed is
+            # drawn from a copy of the global generator, which it leaves where it was: the weights built
+            # after this layer are those of plain BN at the same seed (runs pair), and layers apart in a
+            # model (weights initialized between them) draw different seeds.
+            self.position_seed = position_seed()
             self.splits_statistics = False  # engine.split_statistics: the draws are per batch, not per group
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
     validate_pack(cfg)                      # UserError (one line) for each way a pack is asked for wrongly
     members(cfg)                            # [("lr=0.001,seed=3", member config), ...]: lrs outer, seeds inner
+    groups(cfg)                             # [(group config, [member index, ...]), ...]: trained as one each
     mode_for(cfg, "cpu")                    # PackMode.packed or PackMode.sequential on this kind of device
 
 Each member is the single run it stands for: its own seed and lr, `pack` unset. This module imports only
@@ -14,7 +15,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from normbench.config import Config, PackConfig, PackMode
+from normbench.config import Config, PackConfig, PackMode, split_seed
 from normbench.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,26 @@ def members(cfg: Config) -> list[tuple[str, Config]]:
     return out
 
 
+def groups(cfg: Config) -> list[tuple[Config, list[int]]]:
+    """The members (indices into `members(cfg)`) that train as one computation, with the pack config that
+    stands for each group. A packed model trains on one shared split, so members train together only where
+    their data is the same: all of them with `data.split=fixed`; with `per_seed` (each seed its own
+    validation split and subset) the members of each seed, one seed after another, each group a pack of
+    its own with `pack.seeds=[seed]` (its lrs, or one member)."""
+    pack = members(cfg)
+    by_split: dict[int, list[int]] = {}
+    for k, (_, m) in enumerate(pack):
+        by_split.setdefault(split_seed(m.data, m.seed), []).append(k)
+    if len(by_split) == 1:
+        return [(cfg, list(range(len(pack))))]
+    return [(replace(cfg, pack=replace(cfg.pack, seeds=[pack[ks[0]][1].seed])), ks) for ks in by_split.values()]
+
+
+def group_size(cfg: Config) -> int:
+    """How many members train as one computation: the largest of `groups(cfg)`."""
+    return max(len(ks) for _, ks in groups(cfg))
+
+
 def member_values(values: Any, k: int) -> Any:
     """Member k's entries of a pack's evaluation results (lists, one entry per member, in nested dicts)."""
     if isinstance(values, dict):
@@ -78,7 +99,7 @@ def packs_faster(cfg: Config, device_type: str = "cpu") -> bool:
     after another)? The limits above were measured on a CPU and decide only there. No GPU bench exists
     yet: on CUDA (and MPS) every pack of two or more members trains packed, since there one small
     kernel per member leaves most of the device idle, which packing exists to fill."""
-    size = len(cfg.pack.seeds or [cfg.seed]) * len(cfg.pack.lrs or [cfg.lr])
+    size = group_size(cfg)  # with data.split=per_seed, the members of one seed
     if size < 2:
         return False
     if device_type != "cpu":
@@ -91,7 +112,8 @@ def mode_for(cfg: Config, device_type: str) -> PackMode:
     """`pack.mode`, with `auto` decided by `packs_faster`."""
     if cfg.pack.mode != PackMode.auto:
         return cfg.pack.mode
-    if device_type != "cpu":
-        log.info("pack.mode=auto on %s packs every member together (the packing limits were measured on a "
-                 "CPU; set pack.mode=sequential to train members one after another)", device_type)
+    if device_type != "cpu" and group_size(cfg) > 1:
+        log.info("pack.mode=auto on %s packs %s together (the packing limits were measured on a CPU; set "
+                 "pack.mode=sequential to train members one after another)", device_type,
+                 "every member" if len(groups(cfg)) == 1 else "each seed's members")
     return PackMode.packed if packs_faster(cfg, device_type) else PackMode.sequential
