@@ -1,4 +1,4 @@
-"""Recurrent layers built from a norm constructor, for the RNN model's two norm placements.
+"""Recurrent layers built from a norm constructor, for the RNN model's three norm placements.
 
     layer = recurrent_layer("lstm", 28, 128, norms.factory("bn"), placement="recurrent")
     out = layer(seq, mask)        # (N, T, 128); mask (N, T) True on real steps, or None
@@ -6,6 +6,9 @@
 placement="output": torch's fused nn.RNN / nn.LSTM / nn.GRU, the norm goes on the layer's outputs (the
 model does that). Norms that change the layer itself (WeightNorm, Cosine Norm) get a Python-stepped layer
 whose matrices come from the norm's linear builder, for either placement.
+
+placement="input": the norm on W_x x_t over the whole padded sequence at once (a Python-stepped layer): the
+place where padding enters a naive BN's statistics undiluted, every padded step giving one constant W_x pad.
 
 placement="recurrent": the norm sits inside the cell at every time step, which PyTorch does not ship.
 A batch-dependent norm (bn, brn, sn) takes recurrent BN's form, Cooijmans et al. 2016 (arXiv 1603.09025),
@@ -32,6 +35,8 @@ which has no shift, W_x keeps its bias.
 
 from __future__ import annotations
 
+import statistics
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -45,8 +50,10 @@ _RUNNING_AFFINE = (BatchNorm, BatchRenorm)  # eval mode: an affine map from runn
 
 CELLS = ("rnn", "lstm", "gru")
 GATES = {"rnn": 1, "lstm": 4, "gru": 3}
-PLACEMENTS = ("output", "recurrent")
+PLACEMENTS = ("output", "recurrent", "input")
 RECURRENT_BN_GAMMA = 0.1  # initial scale of every batch norm inside a cell (Cooijmans et al., section 5)
+COUNTS = ("samples_per_step", "batches_per_step", "min_samples_per_step")  # StepNorm's training counts
+FEWEST = 2**62  # min_samples_per_step before any batch reached the step
 
 
 class TorchRNN(nn.RNN):
@@ -79,13 +86,14 @@ def recurrent_layer(cell: str, input_size: int, hidden: int, make, placement: st
     if cell not in CELLS:
         raise UserError(f"unknown RNN cell {cell!r}", f"choose one of: {', '.join(CELLS)}")
     if placement not in PLACEMENTS:
-        raise UserError(f"unknown norm placement {placement!r}", "use model.placement=output or recurrent")
+        raise UserError(f"unknown norm placement {placement!r}", "use model.placement=output, recurrent or input")
     if placement == "recurrent" and cell == "gru":
         raise UserError("recurrent placement is defined for the rnn (Ba et al.) and lstm (Ba et al.; Cooijmans "
                         "et al.) cells, not gru", "use model.cell=rnn or lstm, or model.placement=output")
     if placement == "output" and not make.reparameterizes:
         return TORCH_CELLS[cell](input_size, hidden, batch_first=True)
-    return SteppedRecurrent(cell, input_size, hidden, make, inner=placement == "recurrent")
+    return SteppedRecurrent(cell, input_size, hidden, make, inner=placement == "recurrent",
+                            on_input=placement == "input")
 
 
 def _has_shift(module: nn.Module) -> bool:
@@ -115,8 +123,11 @@ class StepNorm(nn.Module):
         self.per_step = make.spec.batch_dependent
         self.steps = nn.ModuleList()  # steps 1, 2, ...
         if self.per_step:
-            # real samples whose statistics each step took in training, summed over the run
-            self.register_buffer("samples_per_step", torch.zeros(1, dtype=torch.long))
+            # real samples whose statistics each step took in training: summed over the run, the batches
+            # that reached the step (with a real sample), and the fewest any of them had
+            for name in COUNTS:
+                self.register_buffer(name, torch.full((1,), FEWEST if name == "min_samples_per_step" else 0,
+                                                      dtype=torch.long))
             if not shift:
                 _drop_shift(self.norm)
             weight = getattr(self.norm, "weight", None)
@@ -128,7 +139,7 @@ class StepNorm(nn.Module):
         if not self.training and not module.training and type(module) in _RUNNING_AFFINE:
             return _running_affine(module, x, mask)
         if self.per_step and self.training:
-            self.samples_per_step[step] += x.shape[0] if mask is None else mask.sum()
+            self._count(step, x.shape[0] if mask is None else mask.sum())
         if self.per_step and not self.training and module.training and step >= self.trained_steps:
             # Only PreciseBN puts the norms alone in training mode: a step past the trained ones has no
             # statistics of its own to re-estimate, so it reads the last step's rather than overwrite them.
@@ -138,6 +149,14 @@ class StepNorm(nn.Module):
             finally:
                 module.train()
         return module(x.unsqueeze(1), mask).squeeze(1)
+
+    def _count(self, step: int, n) -> None:
+        """Step `step` of one training batch took `n` real samples (a tensor: no host sync)."""
+        n = torch.as_tensor(n, device=self.samples_per_step.device)
+        self.samples_per_step[step] += n
+        self.batches_per_step[step] += (n > 0).long()
+        fewest = self.min_samples_per_step[step]
+        self.min_samples_per_step[step] = torch.where(n > 0, torch.minimum(fewest, n), fewest)
 
     def at(self, step: int) -> nn.Module:
         if not self.per_step or step == 0:
@@ -150,10 +169,12 @@ class StepNorm(nn.Module):
         """Give the first `steps` time steps statistics of their own (new ones start from the last step's)."""
         while len(self.steps) < steps - 1:
             self.steps.append(self._next())
-        if self.samples_per_step.numel() < steps:
-            grown = self.samples_per_step.new_zeros(steps)
-            grown[:self.samples_per_step.numel()] = self.samples_per_step
-            self.samples_per_step = grown
+        for name in COUNTS:
+            counts = getattr(self, name)
+            if counts.numel() < steps:
+                grown = counts.new_full((steps,), FEWEST if name == "min_samples_per_step" else 0)
+                grown[:counts.numel()] = counts
+                setattr(self, name, grown)
 
     @property
     def trained_steps(self) -> int:
@@ -187,10 +208,47 @@ class StepNorm(nn.Module):
         del self.steps[count:]
         if self.per_step:
             self.extend(count + 1)
-        saved = state_dict.get(prefix + "samples_per_step")
-        if saved is not None and self.per_step:
-            self.samples_per_step = self.samples_per_step.new_zeros(saved.shape)
+        for name in COUNTS if self.per_step else ():
+            saved = state_dict.get(prefix + name)
+            if saved is not None:
+                setattr(self, name, getattr(self, name).new_zeros(saved.shape))
+            elif name != "samples_per_step":  # a checkpoint from before the counts: none were kept
+                state_dict[prefix + name] = getattr(self, name)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+def restore_steps(target: nn.Module, source: nn.Module, below: int) -> None:
+    """Give `target`'s per-step norms the statistics `source`'s (the same model, before a re-estimation)
+    hold for the time steps before `below`: the steps past them keep what `target` has."""
+    pairs = zip((m for m in target.modules() if isinstance(m, StepNorm) and m.per_step),
+                (m for m in source.modules() if isinstance(m, StepNorm) and m.per_step))
+    with torch.no_grad():
+        for new, old in pairs:
+            for t, (a, b) in enumerate(zip([new.norm, *new.steps], [old.norm, *old.steps])):
+                if t >= below:
+                    break
+                buffers = dict(a.named_buffers())
+                for name, buf in b.named_buffers():
+                    buffers[name].copy_(buf)
+
+
+def step_samples(model: nn.Module) -> dict | None:
+    """What each trained time step's statistics saw per training batch, from the model's first per-step
+    norm: `mean` and `min` real samples per step (over the batches that reached it), and their summary over
+    the trained steps: `min` (the fewest any batch gave any step), `median` (of the per-step means), `last`
+    and `last_min` (at the last trained step). None without per-step statistics."""
+    for m in model.modules():
+        if isinstance(m, StepNorm) and m.per_step:
+            reached = m.batches_per_step > 0
+            if not reached.any():
+                return None
+            k = int(reached.nonzero().max()) + 1
+            mean = (m.samples_per_step[:k].double() / m.batches_per_step[:k].clamp_min(1)).tolist()
+            fewest = torch.where(reached[:k], m.min_samples_per_step[:k], 0).tolist()
+            return {"mean": [round(v, 2) for v in mean], "min": fewest, "summary": {
+                "min": min(fewest), "median": statistics.median(mean), "last": round(mean[-1], 2),
+                "last_min": fewest[-1]}}
+    return None
 
 
 def samples_per_step(model: nn.Module) -> list[int] | None:
@@ -215,7 +273,7 @@ class SteppedRecurrent(nn.Module):
     """A recurrent layer stepped in Python, so a norm can sit inside its cell (`inner`) and its matrices
     W_x, W_h can come from the norm's layer builder (WeightNorm, Cosine Norm)."""
 
-    def __init__(self, cell: str, input_size: int, hidden: int, make, inner: bool):
+    def __init__(self, cell: str, input_size: int, hidden: int, make, inner: bool, on_input: bool = False):
         super().__init__()
         self.cell, self.hidden = cell, hidden
         gates = GATES[cell] * hidden
@@ -244,6 +302,11 @@ class SteppedRecurrent(nn.Module):
             if cell == "lstm":
                 self.norm_x, self.norm_c = StepNorm(make, gates), StepNorm(make, hidden)
             ih_bias = not _has_shift(self.norm_h)
+        # model.placement=input: one norm over every step's W_x x_t at once, (N, T, gates) with the mask,
+        # padded steps included: with norm.masked=false their W_x pad (one constant) enters its statistics
+        self.norm_in = make(gates, "seq") if on_input and make.name != "none" and not make.reparameterizes else None
+        if self.norm_in is not None:
+            ih_bias = not _has_shift(self.norm_in)
         self.ih = make.linear(input_size, gates, bias=ih_bias)
         self.hh = make.linear(hidden, gates, bias=cell == "gru")  # GRU's reset gate needs b_hn inside
 
@@ -253,7 +316,8 @@ class SteppedRecurrent(nn.Module):
             steps = max(1, int(mask.sum(1).max()))
         # Every step's W_x x at once, split by unbind: its backward stacks the steps' gradients once,
         # where indexing xs[:, t] zero-filled a whole (N, T, gates) gradient per step (docs/performance.md).
-        xs = self.ih(seq[:, :steps]).unbind(1)
+        xs = (self.ih(seq[:, :steps]) if self.norm_in is None
+              else self.norm_in(self.ih(seq), mask)[:, :steps]).unbind(1)
         h = seq.new_zeros(n, self.hidden)
         c = seq.new_zeros(n, self.hidden)
         outs = []

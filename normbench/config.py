@@ -59,6 +59,17 @@ class RNNCell(Choice):
 class Placement(Choice):
     output = "output"  # the norm after each RNN layer
     recurrent = "recurrent"  # the norm inside the cell, at every time step
+    input = "input"  # the norm on each layer's W_x x_t, over the whole sequence (padding enters it undiluted)
+
+
+class Batching(Choice):
+    mixed = "mixed"  # each sample its own random length: a batch mixes lengths
+    bucketed = "bucketed"  # each batch's lengths from one narrow bucket: every step sees min_step_samples
+
+
+class PadValue(Choice):
+    zero = "zero"  # padded rows are 0 (the normalized data's mean)
+    background = "background"  # padded rows hold the image background (a 0 pixel, normalized)
 
 
 class Split(Choice):
@@ -93,7 +104,7 @@ class ModelConfig:
     depth: Optional[int] = None  # MLP hidden layers; RNN stacked layers
     channels: Optional[List[int]] = None  # CNN channels, one conv stage each
     cell: Optional[RNNCell] = None  # RNN cell: rnn (tanh) | lstm | gru
-    placement: Optional[Placement] = None  # RNN: output (after each layer) | recurrent (inside the cell)
+    placement: Optional[Placement] = None  # RNN: output (after each layer) | recurrent (inside the cell) | input (on W_x x_t)
     dropout: Optional[float] = None  # dropout before the classifier
 
     def __post_init__(self) -> None:
@@ -161,12 +172,22 @@ def split_seed(cfg: DataConfig, seed: int) -> int:
 class VarLenConfig:
     # The variable-length regime (docs/regimes.md): rows as time steps, each sample resized to its own length.
     enabled: bool = False  # train on samples resized along their height to random lengths (RNN only)
+    design: Optional[str] = None  # which question's design set the keys below (varlen_design=length | padding)
     min_len: int = 10  # shortest training length, in rows
     max_len: int = 28  # longest training length, in rows
     test_lengths: List[int] = field(default_factory=lambda: [10, 14, 20, 28, 36, 42])  # also longer than trained
+    precise_bn_lengths: Optional[List[int]] = None  # PreciseBN variants at these lengths (null: test_lengths >= max_len)
     heavy_pad: float = 2.0  # heavy-padding test: each batch padded to this x its longest length
     train_pad: float = 1.0  # training batches padded to this x their longest length (2 = train under heavy padding)
+    train_pad_max: Optional[float] = None  # if set, each training batch's factor is drawn from [train_pad, this]
+    pad_value: PadValue = PadValue.zero  # zero | background: what padded rows hold
+    batching: Batching = Batching.mixed  # mixed | bucketed (docs/regimes.md)
+    min_step_samples: int = 32  # bucketed: every trained step's statistics see at least this many samples
     test_seed: int = 0  # draws the mixed test lengths, the same for every run so runs compare
+
+    def __post_init__(self) -> None:
+        self.batching = _choice(Batching, self.batching, "varlen.batching")
+        self.pad_value = _choice(PadValue, self.pad_value, "varlen.pad_value")
 
 
 class PackMode(Choice):
@@ -217,6 +238,9 @@ class Config:
     tensorboard: bool = runtime(True)  # write TensorBoard event files into the run directory
     resume: bool = runtime(False)  # continue from checkpoint.pt in the run directory (set hydra.run.dir to it)
     debug: bool = runtime(False)  # show full tracebacks for user errors (or set NORMBENCH_DEBUG=1)
+    # The hypotheses an experiment declares before it runs (normbench/claims.py); recorded with every run,
+    # tested by `normbench summarize`. They describe the runs, they do not change them.
+    claims: List[Any] = field(default_factory=list, metadata={"runtime": True})
 
     def __post_init__(self) -> None:
         for key, kind in (("optimizer", Optimizer), ("schedule", Schedule), ("lr_scaling", LrScaling)):

@@ -109,13 +109,29 @@ def split_statistics(model: nn.Module, samples: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
+def eval_mode(model: nn.Module) -> Iterator[None]:
     was_training = model.training
     model.eval()
     try:
         yield
     finally:
         model.train(was_training)
+
+
+class PassClock:
+    """Seconds per evaluation pass, by name: `with clock("test_acc_train_mode"): ...` (a name timed twice
+    adds up). results.json's `eval_passes`."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
 
 
 @torch.no_grad()
@@ -141,7 +157,7 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], batch_stats: bool = Fal
     loss = hits = None
     n = 0
     split = split_statistics(model, stats_per) if batch_stats and stats_per else contextlib.nullcontext()
-    with batch_statistics(model) if batch_stats else _eval_mode(model), split:
+    with batch_statistics(model) if batch_stats else eval_mode(model), split:
         for x, y, lengths in batches:
             if members is not None:
                 x, y, lengths = _for_members(members, x, y, lengths)
@@ -176,6 +192,8 @@ class FitResult:
     train_seconds: float = 0.0  # time in training steps only (no evaluation)
     samples: int = 0  # samples stepped in those seconds (a diverged run's include its last log window's)
     diverged_step: int | None = None
+    first_grad_ratio: float | None = None  # ||dL/dW|| / ||W|| of the first weight matrix at the first step
+    val_seconds: float = 0.0  # time in the per-epoch validation passes (a pack's members share them)
 
     @property
     def train_samples_per_s(self) -> float:
@@ -283,6 +301,9 @@ def train(model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list, 
                     total, losses = losses_of(logits, y)
                 opt.zero_grad(set_to_none=True)
                 total.backward()
+                if state.steps == 0:  # how hard the first step pulls on the input layer (one host sync)
+                    for out, ratio in zip(outs, first_grad_ratios(model)):
+                        out.first_grad_ratio = ratio
                 opt.step()
                 window.add(losses, logits, y)
                 state.steps += 1
@@ -299,8 +320,11 @@ def train(model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list, 
         if not _live(outs):
             break
 
+        started = time.perf_counter()
         val_losses, val_accs = evaluate(model if packed else forward,
                                         batches(splits.val_x, splits.val_y, cfg.eval_batch_size))
+        for k in _live(outs):
+            outs[k].val_seconds += time.perf_counter() - started
         if not packed:
             val_losses, val_accs = [val_losses], [val_accs]
         state.epochs_done = epoch + 1
@@ -318,6 +342,18 @@ def train(model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list, 
     if packed:
         model.unpacked()  # every member model holds its trained state
     return outs
+
+
+def first_grad_ratios(model: nn.Module) -> list[float]:
+    """Per member, the norm of the loss's gradient over the norm of the first weight matrix (the first
+    parameter with 2+ dimensions: the MLP's first linear layer, the CNN's first conv, the RNN's input
+    weights)."""
+    if isinstance(model, Members):
+        pairs = model.first_weights()
+    else:
+        w = next(p for p in model.parameters() if p.dim() >= 2)
+        pairs = [(w, w.grad)]
+    return [math.nan if g is None else float(g.detach().double().norm() / w.detach().double().norm()) for w, g in pairs]
 
 
 class _Clock:

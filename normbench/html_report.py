@@ -2,8 +2,10 @@
 
     html = to_html(summary, {"sweep_fashion_mnist": "<svg ...>"})
 
-The tables with their intervals, the paired comparisons, the figures as inline SVG, the runs that are
-not in the tables, what varied in the sweep, the versions and the command lines. Inline CSS only, no
+Answers first: the claims' verdicts beside the main figure (the first screen of a 1400 x 900 window), the
+claims in full with their forest plot, one line per table saying what it shows; then the tables with their
+intervals, the paired comparisons, the figures as inline SVG, the runs that are not in the tables, what
+varied in the sweep, the versions and the command lines. Inline CSS only, no
 JavaScript, nothing fetched from the network.
 """
 
@@ -17,7 +19,7 @@ from normbench.config import flatten
 from normbench.tables import Summary, relative
 
 CSS = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1200px;
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1360px;
        padding: 0 1rem; color: #1d1d1f; }
 h1 { font-size: 1.5rem; } h2 { font-size: 1.15rem; margin-top: 2.2rem; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: .6rem 0; font-variant-numeric: tabular-nums; }
@@ -33,6 +35,11 @@ code, pre { font: 12px ui-monospace, "DejaVu Sans Mono", monospace; background: 
 pre { padding: .6rem; overflow-x: auto; white-space: pre-wrap; }
 dl.kv { display: grid; grid-template-columns: max-content 1fr; gap: .2rem 1rem; }
 dl.kv dt { font-weight: 600; }
+div.first { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1.15fr); gap: 1.5rem; align-items: start; }
+div.first table { font-size: 12px; } div.first th, div.first td { padding: .15rem .4rem; white-space: normal; }
+div.first h2 { margin-top: .4rem; } div.first figure { margin: 0; }
+td.v-held { color: #1b5e20; font-weight: 700; } td.v-refuted { color: #b71c1c; font-weight: 700; }
+td.v-inconclusive { color: #8d6e00; }
 """
 
 
@@ -91,29 +98,64 @@ def _versions(s: Summary) -> list[tuple[str, str]]:
     return [(k, ", ".join(v)) for k, v in by_key.items()]
 
 
+def _claims(s: Summary, svgs: dict[str, str]) -> list[str]:
+    """The first screen: the claims' verdicts (compact) beside the main figure; then the claims in full and
+    their forest plot."""
+    main = next((name for name in svgs if name != "claims"), None)
+    compact = [[row[i] for i in report.CLAIMS_COMPACT] for row in report.claims_rows(s)]
+    verdicts = [row[-1] for row in compact]
+    tally = ", ".join(f"{verdicts.count(v)} {v}" for v in ("held", "refuted", "inconclusive"))
+    left = (f"<h2>Claims: {escape(tally)}</h2>" + _table([report.CLAIMS_HEADER[i] for i in report.CLAIMS_COMPACT],
+                                                         compact, [["", "", "", f"v-{v}"] for v in verdicts])
+            + "<p class=\"caption\">a − b in points, held / refuted / inconclusive after Holm over the claims; the "
+              "full table, the tests and the forest plot follow</p>")
+    right = f"<figure id=\"{escape(main)}\">{svgs[main]}</figure>" if main else ""
+    parts = [f"<div class=\"first\"><div>{left}</div><div>{right}</div></div>",
+             "<h2>Claims in full</h2>" + _table(report.CLAIMS_HEADER, report.claims_rows(s),
+                                                 [[""] * 10 + [f"v-{r.verdict}"] for r in s.claims]),
+             f"<p class=\"caption\">{escape(report.claims_caption(s))}</p>",
+             "<ul class=\"caption\">" + "".join(f"<li>{escape(n)}</li>" for n in report.claim_notes(s)) + "</ul>"]
+    if "claims" in svgs:
+        parts.append(f"<figure id=\"claims\">{svgs['claims']}</figure>")
+    return parts
+
+
 def to_html(s: Summary, svgs: dict[str, str]) -> str:
-    parts = [f"<h1>normbench summary of <code>{escape(str(s.root))}</code></h1>"]
     status = ", ".join(f"{n} {k}" for k, n in Counter(r.status for r in s.runs).most_common())
-    parts.append(f"<p>{len(s.runs)} runs: {escape(status)}. Reference norm for paired comparisons: "
-                 f"<b>{escape(s.ref)}</b>.</p>")
+    parts = [f"<h1>normbench summary of <code>{escape(str(s.root))}</code></h1>",
+             f"<p>{len(s.runs)} runs: {escape(status)}. Reference norm for paired comparisons: <b>{escape(s.ref)}</b>.</p>"]
+    shown = dict(svgs)
+    if s.claims:
+        parts += _claims(s, svgs)
+        shown.pop("claims", None)
+        shown.pop(next((n for n in svgs if n != "claims"), None), None)  # already on the first screen
+    if s.tables:
+        parts.append("<h2>What the tables show</h2><ol>" + "".join(
+            f"<li><a href=\"#{escape(t.slug)}\">{escape(report.table_line(t))}</a></li>" for t in s.tables) + "</ol>"
+            f"<p class=\"caption\">{escape(report.caption(s.tables))}</p>"
+            + (f"<p class=\"caption\">{escape(report.paired_caption())}</p>" if any(t.comparisons for t in s.tables)
+               else ""))
     parts.append("<h2>What varied</h2><dl class=\"kv\">" + "".join(
         f"<dt>{escape(k)}</dt><dd>{escape(', '.join(v))}</dd>" for k, v in s.varied.items()) + "</dl>")
     if s.constant:
         parts.append("<p class=\"caption\">fixed in every run, not at the default: " + escape(
             " ".join(f"{k}={v}" for k, v in s.constant.items())) + "</p>")
     for t in s.tables:
-        parts.append(f"<h2>{escape(t.title)}</h2>{_results_table(t)}<p class=\"caption\">{escape(report.caption(t))}</p>")
+        parts.append(f"<h2 id=\"{escape(t.slug)}\">{escape(t.title)}</h2>{_results_table(t)}")
         for note in t.notes:
-            parts.append(f"<p class=\"caption\">{escape(note)}</p>")
+            if not note.startswith(report.INDEX_NOTES):
+                parts.append(f"<p class=\"caption\">{escape(note)}</p>")
         if t.comparisons:
-            parts.append(f"<h3>paired vs {escape(str(t.ref))}</h3>{_paired_table(t)}"
-                         f"<p class=\"caption\">{escape(report.paired_caption(t))}</p>")
+            parts.append(f"<h3>paired vs {escape(str(t.ref))}</h3>{_paired_table(t)}")
         elif t.ref is None:
             parts.append(f"<p class=\"caption\">no paired comparisons: the reference {escape(s.ref)} is not in "
                          "this table (choose another with --ref)</p>")
-    if svgs:
+    if shown:
         parts.append("<h2>Figures</h2>" + "".join(f"<figure id=\"{escape(name)}\">{svg}<figcaption class=\"caption\">"
-                                                  f"{escape(name)}</figcaption></figure>" for name, svg in svgs.items()))
+                                                  f"{escape(name)}</figcaption></figure>" for name, svg in shown.items()))
+    if s.extensions:
+        parts.append("<h2>Grids to widen</h2><p class=\"caption\">a cell chose the edge of its grid; this trains "
+                     "the next value there</p>" + "".join(f"<pre>{escape(c)}</pre>" for c in s.extensions))
     if s.problems:
         parts.append("<h2>Runs not in the tables (failed, diverged, incomplete)</h2>" + _table(
             ["run", "status", "why"],

@@ -39,7 +39,7 @@ def label_runs(runs: list[Run], pooled: frozenset[str] = frozenset()) -> dict[Pa
     by_group: dict[tuple, list[Run]] = defaultdict(list)
     for r in runs:
         if r.config:
-            by_group[r.study, r.config.get("data.name"), r.config.get("model.name"), r.config.get("norm.name")
+            by_group[r.table_study, r.config.get("data.name"), r.config.get("model.name"), r.config.get("norm.name")
                      ].append(r)
     labels = {}
     for (_, _, model, _), group in by_group.items():

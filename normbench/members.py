@@ -43,3 +43,8 @@ class Members(nn.Module):
     def unpacked(self) -> tuple[nn.Module, ...]:
         """The member models, holding the pack's current state (for recording or evaluating them alone)."""
         raise NotImplementedError
+
+    def first_weights(self) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """Each member's first weight matrix (its first parameter with 2+ dimensions) and that weight's
+        gradient, as views into the pack's parameters."""
+        raise NotImplementedError

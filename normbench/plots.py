@@ -124,11 +124,16 @@ def variable_length_figure(evals: Table, trains: Table | None = None) -> Figure:
     colors = _colors(evals.rows)
     fig = Figure(figsize=(12, 5.2), layout="constrained")
     ax, bx = fig.subplots(1, 2)
-    for label in evals.rows:
-        cols, mean, err = _series(evals, label)
-        if cols:
-            ax.errorbar([int(c) for c in cols], mean, yerr=err, marker="o", ms=4, capsize=3,
-                        color=colors[label], label=label)
+    for label in evals.rows:  # the mean and its 95% band over seeds, at each test length
+        cells = [(int(c), evals.cells[label, c]) for c in evals.cols
+                 if c.isdigit() and (label, c) in evals.cells and evals.cells[label, c].n]
+        if cells:
+            xs = [x for x, _ in cells]
+            ax.plot(xs, [c.mean for _, c in cells], marker="o", ms=3, color=colors[label], label=label)
+            banded = [(x, c.ci) for x, c in cells if c.ci]
+            if banded:
+                ax.fill_between([x for x, _ in banded], [ci[0] for _, ci in banded], [ci[1] for _, ci in banded],
+                                color=colors[label], alpha=0.15, lw=0)
     if evals.train_range:
         ax.axvspan(*evals.train_range, color="grey", alpha=0.12, label="trained lengths")
     ax.set_xlabel("test length (rows)")
@@ -190,6 +195,35 @@ def forest_figure(t: Table) -> Figure:
     return fig
 
 
+VERDICT_COLORS = {"held": "#2e7d32", "refuted": "#c62828", "inconclusive": "#9e9e9e"}
+
+
+def claims_figure(results: list) -> Figure:
+    """Each claim's mean difference a − b (points for accuracies) with its 95% t-interval (thick) and
+    bootstrap interval (thin), the margin it is tested against (dashed; ±margin for equivalence), coloured
+    by verdict."""
+    shown = [r for r in results if r.estimate is not None]
+    fig = Figure(figsize=(7.5, 1.3 + 0.36 * len(shown)), layout="constrained")
+    ax = fig.subplots()
+    for y, r in enumerate(reversed(shown)):
+        k, color = r.claim.scale, VERDICT_COLORS[r.verdict]
+        mean = k * r.estimate
+        if r.bootstrap:
+            ax.plot([k * r.bootstrap[0], k * r.bootstrap[1]], [y - 0.18] * 2, color=color, lw=1)
+        lo, hi = (k * r.ci[0], k * r.ci[1]) if r.ci else (mean, mean)
+        ax.errorbar([mean], [y], xerr=[[mean - lo], [hi - mean]], fmt="o", capsize=3, color=color, lw=2)
+        for m in ((-r.claim.margin, r.claim.margin) if r.claim.expect == "equivalent" else (r.claim.margin,)):
+            ax.plot([m, m], [y - 0.4, y + 0.4], color="black", ls="--", lw=1)
+    ax.axvline(0, color="black", lw=0.6, alpha=0.5)
+    ax.set_yticks(range(len(shown)), [f"{r.claim.name} ({r.verdict})" for r in reversed(shown)], fontsize=8)
+    ax.set_ylim(-0.7, len(shown) - 0.3)
+    ax.set_xlabel("a − b, points · thick: 95% t · thin: bootstrap · dashed: margin")
+    ax.grid(alpha=0.3, axis="x")
+    ax.set_title("claims: " + ", ".join(f"{sum(r.verdict == v for r in results)} {v}" for v in VERDICT_COLORS),
+                 fontsize=10)
+    return fig
+
+
 GHOST = re.compile(r"(?:^| )ghost_batch=(\d+)")
 
 
@@ -242,9 +276,10 @@ def _batch_stats_twin(s: Summary, t: Table) -> Table | None:
 
 
 def figures(s: Summary) -> dict[str, Figure]:
-    """One figure per (study, dataset) of batch tables, per (dataset, model) of variable-length tables,
-    and one forest plot per test_acc table that has comparisons."""
-    out = {}
+    """The claims' forest plot (when claims were tested), then one figure per (study, dataset) of batch
+    tables, per (dataset, model) of variable-length tables, and one forest plot per test_acc table that has
+    comparisons."""
+    out = {"claims": claims_figure(s.claims)} if any(r.estimate is not None for r in s.claims) else {}
     batch = [t for t in s.tables if t.kind != VARLEN]
     for study, data in dict.fromkeys((t.study, t.data) for t in batch):
         out[f"{study or 'sweep'}_{data}"] = batch_figure([t for t in batch if (t.study, t.data) == (study, data)])

@@ -17,7 +17,8 @@ from collections import Counter
 from pathlib import Path
 
 from normbench import stats
-from normbench.tables import MIN_N, Comparison, Entry, Summary, Table, relative
+from normbench.claims import Claim, ClaimResult
+from normbench.tables import MIN_N, Comparison, Entry, Summary, Table, fmt_value, relative
 
 LEVEL_TEXT = f"{stats.LEVEL:.0%}"
 
@@ -65,14 +66,27 @@ def table_rows(t: Table) -> tuple[list[str], list[list[str]], list[list[bool]]]:
     return header, body, best
 
 
-def caption(t: Table) -> str:
-    n = uniform_n(t)
+def caption(tables: list[Table]) -> str:
+    """What every table's cells mean, said once for all of them."""
     vpc = "; values/channel: the fewest values a norm layer's per-channel statistics see" \
-        if t.values_per_channel else ""
-    return (f"test accuracy in %, mean [{LEVEL_TEXT} t-interval] over {n} seed{'s' * (n != 1)} unless (n) says "
-            f"otherwise (marked when n < {MIN_N}); bold (* in the terminal): the best mean of its column and every "
-            f"norm not significantly below it (paired t-test, Holm, α = 0.05); †k: k runs diverged, ✗k: k failed "
-            f"(not in the mean){vpc}")
+        if any(t.values_per_channel for t in tables) else ""
+    return (f"accuracy in %, mean [{LEVEL_TEXT} t-interval] over the seeds the index gives, (n) where a cell has "
+            f"another count (marked when n < {MIN_N}); bold (* in the terminal): the best mean of its column and every "
+            f"norm not significantly below it (paired t-test, Holm over the table, α = 0.05); †k: k runs diverged, "
+            f"✗k: k failed (not in the mean){vpc}")
+
+
+INDEX_NOTES = ("budget: ", "plateau: ")  # said in the table's index line, not under the table
+
+
+def table_line(t: Table) -> str:
+    """One line saying what a table shows: its cells, seeds and budget."""
+    n = uniform_n(t)
+    index = "; ".join(note.removeprefix("budget: ") for note in t.notes if note.startswith(INDEX_NOTES))
+    what = f"{len(t.rows)} norm setting{'s' * (len(t.rows) != 1)} × {len(t.cols)} {t.axis.split(' (')[0]}" \
+           f"{'s' * (len(t.cols) != 1)}, {n or 0} seed{'s' * (n != 1)}"
+    tests = f", {len(t.comparisons)} paired tests vs {t.ref}" if t.comparisons else ""
+    return f"{t.title}: {what}{tests}" + (f"; {index}" if index else "")
 
 
 def verdict(c: Comparison) -> str:
@@ -97,38 +111,134 @@ def paired_rows(t: Table) -> list[list[str]]:
     return rows
 
 
-def paired_caption(t: Table) -> str:
-    return (f"paired by seed (same data split and batch order): per-seed difference norm − {t.ref} in percentage "
-            f"points, its mean and {LEVEL_TEXT} t-interval, a two-sided paired t-test, Holm-corrected over this table")
+def paired_caption() -> str:
+    return (f"paired tables: per-seed difference norm − reference (same data split and batch order) in percentage "
+            f"points, its mean and {LEVEL_TEXT} t-interval, a two-sided paired t-test, Holm-corrected over its table")
+
+
+def _side(c: Claim, sel: dict) -> str:
+    """'norm.name=gn batch_size=2 (test_acc)': a side's selector and the metric it reads."""
+    return " ".join(f"{k}={fmt_value(v)}" for k, v in sel.items() if k != "metric") + f" ({c.metric_of(sel)})"
+
+
+def hypothesis(c: Claim) -> str:
+    """The claim's alternative, as 'a − b > 0', '|a − b| < 1' (in points for accuracies)."""
+    m = f"{c.margin:g}"
+    return f"|a − b| < {m}" if c.expect == "equivalent" else f"a − b {'>' if c.expect == 'greater' else '<'} {m}"
+
+
+def _num(r: ClaimResult, v: float | None, signed: bool = True) -> str:
+    if v is None:
+        return ""
+    v *= r.claim.scale
+    return f"{v:+.1f}" if signed else f"{v:.1f}"
+
+
+def _p(p: float | None) -> str:
+    return "" if p is None else f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
+
+
+CLAIMS_HEADER = ["claim", "hypothesis", "n", "a", "b", f"a − b [{LEVEL_TEXT} t]", "bootstrap", "p", "p (Holm)",
+                 "p (exact)", "verdict"]
+CLAIMS_COMPACT = [0, 5, 8, 10]  # the columns the HTML's first screen shows
+
+
+def claims_rows(s: Summary) -> list[list[str]]:
+    rows = []
+    for r in s.claims:
+        ci = f" [{_num(r, r.ci[0])}, {_num(r, r.ci[1])}]" if r.ci else ""
+        boot = f"[{_num(r, r.bootstrap[0])}, {_num(r, r.bootstrap[1])}]" if r.bootstrap else ""
+        rows.append([r.claim.name, hypothesis(r.claim), str(r.n), _num(r, r.mean_a, False), _num(r, r.mean_b, False),
+                     _num(r, r.estimate) + ci, boot, _p(r.p), _p(r.p_holm), _p(r.p_exact), r.verdict])
+    return rows
+
+
+def claims_caption(s: Summary) -> str:
+    scoped = sorted({r.claim.study for r in s.claims if r.claim.study})
+    source = f"declared by experiment{'s' * (len(scoped) > 1)} {', '.join(scoped)}" if scoped else "given by --claims"
+    return (f"{len(s.claims)} claims {source}, tested as one family: per-seed differences a − b (points for "
+            f"accuracies), their mean, {LEVEL_TEXT} t-interval and percentile bootstrap; p: one-sided paired t-test "
+            f"against the margin (TOST for |a − b| < margin); p (Holm): over the {len(s.claims)}; p (exact): the "
+            f"sign-flip test of the same hypothesis. held: p (Holm) < 0.05; refuted: the opposite hypothesis is, "
+            f"after Holm; otherwise inconclusive")
+
+
+def claim_notes(s: Summary) -> list[str]:
+    """Each note once, with the claims it concerns (one note may hold for all), then each claim's cells."""
+    by_note: dict[str, list[str]] = {}
+    for r in s.claims:
+        for note in filter(None, r.note.split("; ")):
+            by_note.setdefault(note, []).append(r.claim.name)
+    notes = [f"{'every claim' if len(names) == len(s.claims) > 1 else ', '.join(names)}: {note}"
+             for note, names in by_note.items()]
+    return notes + [f"{r.claim.name}: a = {_side(r.claim, r.claim.a)}; b = {_side(r.claim, r.claim.b)}"
+                    for r in s.claims]
+
+
+def to_claims_csv(s: Summary) -> str:
+    buf = io.StringIO()
+    rows = [r.row() for r in s.claims]
+    fields = list(ClaimResult(Claim("", {}, {}, "greater")).row())
+    w = csv.DictWriter(buf, fieldnames=fields)
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in row.items()})
+    return buf.getvalue()
 
 
 def sweep_lines(s: Summary) -> list[str]:
     varied = [f"{k} ∈ {{{', '.join(v)}}}" for k, v in s.varied.items()]
     constant = [f"{k}={v}" for k, v in s.constant.items()]
-    return [f"varied: {'; '.join(varied) or 'nothing'}", f"fixed (not defaults): {' '.join(constant) or 'nothing'}"]
+    return [f"varied: {'; '.join(varied) or 'nothing'}", f"fixed (not defaults): {' '.join(constant) or 'nothing'}",
+            *cost_lines(s)]
+
+
+def cost_lines(s: Summary) -> list[str]:
+    """Where each study's time went (runs.costs): one line per study."""
+    lines = []
+    for study, c in s.costs.items():
+        wall = c["wall_s"] or 1.0
+        lines.append(f"time, {study}: {c['runs']} runs in {c['computations']} computations, {c['wall_s']:,.0f} s = "
+                     f"training {c['train_s']:,.0f} s ({c['train_s'] / wall:.0%}) + evaluation {c['eval_s']:,.0f} s "
+                     f"({c['eval_s'] / wall:.0%}) + other {c['other_s']:,.0f} s ({c['other_s'] / wall:.0%})")
+    return lines
 
 
 def to_markdown(s: Summary, figures: dict[str, Path] | None = None) -> str:
     lines = [f"# normbench summary of `{s.root}`", "", *[f"- {line}" for line in sweep_lines(s)], ""]
+    figures = dict(figures or {})
+    if s.claims:
+        lines += ["## Claims", "", f"_{claims_caption(s)}_", "", "| " + " | ".join(CLAIMS_HEADER) + " |",
+                  "|" + "---|" * len(CLAIMS_HEADER)]
+        lines += ["| " + " | ".join(row) + " |" for row in claims_rows(s)]
+        lines += ["", *[f"- {note}" for note in claim_notes(s)], ""]
+        if "claims" in figures:
+            lines += [f"![claims]({figures.pop('claims').name})", ""]
+    if s.tables:
+        lines += ["## What the tables show", "", *[f"{i}. {table_line(t)}" for i, t in enumerate(s.tables, 1)], "",
+                  f"_{caption(s.tables)}_", ""]
+        if any(t.comparisons for t in s.tables):
+            lines += [f"_{paired_caption()}_", ""]
     for t in s.tables:
         header, body, best = table_rows(t)
-        lines += [f"## {t.title}", "", f"_{caption(t)}_", "", "| " + " | ".join(header) + " |",
-                  "|" + "---|" * len(header)]
+        lines += [f"## {t.title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for row, marks in zip(body, best):
             lines.append("| " + " | ".join(f"**{v}**" if m and v else v for v, m in zip(row, marks)) + " |")
-        lines += [f"_{note}_" for note in t.notes] + [""] * bool(t.notes)
-        lines.append("")
+        lines += [f"_{note}_" for note in t.notes if not note.startswith(INDEX_NOTES)] + [""]
         if t.comparisons:
             head = paired_header(t)
-            lines += [f"_{paired_caption(t)}_", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
             lines += ["| " + " | ".join(row) + " |" for row in paired_rows(t)]
             lines.append("")
+    if s.extensions:
+        lines += ["## Grids to widen", "", "A cell chose the edge of its grid; this trains the next value there:", "",
+                  "```", *s.extensions, "```", ""]
     if s.problems:
         lines += ["## Runs not in the tables", "", "| run | status | why |", "|---|---|---|"]
         lines += [f"| `{relative(r.path, s.root)}` | {r.status} | "
                   f"{r.note.replace('|', '/').splitlines()[0] if r.note else ''} |" for r in s.problems]
         lines.append("")
-    lines += [f"![{name}]({path.name})" for name, path in (figures or {}).items()]
+    lines += [f"![{name}]({path.name})" for name, path in figures.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -180,7 +290,11 @@ def to_json(s: Summary) -> str:
         "selected": [{"study": t.study, "data": t.data, "model": t.model, "metric": t.metric, "norm": r,
                       "axis": c, "chosen": v} for t in s.tables for (r, c), v in t.chosen.items()],
         "problems": [{"path": str(r.path), "status": r.status, "note": r.note} for r in s.problems],
+        "claims": [r.row() for r in s.claims], "extensions": s.extensions, "costs": s.costs,
     }, indent=2, default=str) + "\n"
+
+
+VERDICT_STYLE = {"held": "bold green", "refuted": "bold red", "inconclusive": "yellow"}
 
 
 def print_summary(s: Summary, console=None) -> None:
@@ -192,28 +306,48 @@ def print_summary(s: Summary, console=None) -> None:
         console.width = 200
     for line in sweep_lines(s):
         console.print(f"[dim]{line}[/]")
-    for t in s.tables:
+    if s.claims:  # the answers first
+        ct = RichTable(title="claims", title_justify="left")
+        for i, h in enumerate(CLAIMS_HEADER):
+            ct.add_column(h, justify="left" if i in (0, 1, 10) else "right", no_wrap=i != 0)
+        for row in claims_rows(s):
+            ct.add_row(*row[:-1], f"[{VERDICT_STYLE[row[-1]]}]{row[-1]}[/]")
+        console.print(ct)
+        console.print(f"[dim]{claims_caption(s)}[/]")
+        for note in claim_notes(s):
+            console.print(f"[dim]- {note}[/]")
+    if s.tables:
+        console.print("\n[bold]tables[/]")
+        for i, t in enumerate(s.tables, 1):
+            console.print(f"{i}. {table_line(t)}")
+        console.print(f"[dim]{caption(s.tables)}[/]")
+        if any(t.comparisons for t in s.tables):
+            console.print(f"[dim]{paired_caption()}[/]")
+    for i, t in enumerate(s.tables, 1):
         header, body, best = table_rows(t)
-        console.print(f"\n[bold]{t.title}[/]")
+        console.print(f"\n[bold]{i}. {t.title}[/]")
         rt = RichTable()
-        for i, h in enumerate(header):
-            rt.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
-        for i, (row, marks) in enumerate(zip(body, best)):
+        for j, h in enumerate(header):
+            rt.add_column(h, justify="left" if j == 0 else "right", no_wrap=True)
+        for j, (row, marks) in enumerate(zip(body, best)):
             rt.add_row(*[f"[bold green]{v} *[/]" if m and v else v for v, m in zip(row, marks)],
-                       end_section=bool(t.values_per_channel) and i == 0)
+                       end_section=bool(t.values_per_channel) and j == 0)
         console.print(rt)
-        console.print(f"[dim]{caption(t)}[/]")
         for note in t.notes:
-            console.print(f"[dim]{note}[/]")
+            if not note.startswith(INDEX_NOTES):
+                console.print(f"[dim]{note}[/]")
         if t.comparisons:
             pt = RichTable(title=f"paired vs {t.ref}", title_justify="left")
-            for i, h in enumerate(paired_header(t)):
-                pt.add_column(h, justify="left" if i in (0, 7) else "right", no_wrap=True)
+            for j, h in enumerate(paired_header(t)):
+                pt.add_column(h, justify="left" if j in (0, 7) else "right", no_wrap=True)
             for row, c in zip(paired_rows(t), t.comparisons):
                 style = "green" if c.significant and c.result.mean > 0 else "red" if c.significant else None
                 pt.add_row(*row, style=style)
             console.print(pt)
-            console.print(f"[dim]{paired_caption(t)}[/]")
+    if s.extensions:
+        console.print("\n[bold]grids to widen[/] (a cell chose the edge of its grid; this trains the next value):")
+        for command in s.extensions:
+            console.print(command, soft_wrap=True, markup=False, highlight=False)
     if s.problems:
         console.print("\n[bold]runs not in the tables[/]")
         rt = RichTable()

@@ -120,9 +120,12 @@ def record_fit(results: dict[str, Any], fitted: engine.FitResult, model: torch.n
         steps=fitted.steps, epochs_done=fitted.epochs_done,
         train_samples_per_s=fitted.train_samples_per_s, history=fitted.history,
         val_acc=fitted.history[-1]["acc/val"] if fitted.history else None,
-        diverged_step=fitted.diverged_step,
+        diverged_step=fitted.diverged_step, train_s=fitted.train_seconds,
+        first_layer_grad_ratio=fitted.first_grad_ratio,  # ||dL/dW|| / ||W||, first weight matrix, first step
+        eval_s=fitted.val_seconds, eval_passes={"validation": fitted.val_seconds},  # the test suite adds its own
         num_params=sum(p.numel() for p in model.parameters()),
         samples_per_step=cells.samples_per_step(model),  # per-step recurrent BN: what each step's saw
+        step_samples=cells.step_samples(model),  # ... per training batch: each step's mean and fewest
         test_acc=None,
     )
     if fitted.status == "diverged":
@@ -132,19 +135,25 @@ def record_fit(results: dict[str, Any], fitted: engine.FitResult, model: torch.n
         results["error"] = TRAINED
 
 
-def finish(results: dict[str, Any], tested: dict[str, Any]) -> None:
-    """Every number is in: the run is completed."""
+def finish(results: dict[str, Any], tested: dict[str, Any], passes: dict[str, float]) -> None:
+    """Every number is in, with the seconds each evaluation pass took: the run is completed."""
     results.update(tested)
+    results["eval_passes"] = {**results.get("eval_passes", {}), **passes}
+    results["eval_s"] = sum(results["eval_passes"].values())
     results.pop("error", None)
     results["status"] = "completed"
 
 
-def test_results(model: torch.nn.Module, splits: data.Splits, cfg: Config) -> dict[str, Any]:
-    """A trained model's test loss and accuracies (the study's suite included). For a pack, every value
-    is a list with one entry per member."""
+def test_results(model: torch.nn.Module, splits: data.Splits, cfg: Config,
+                 clock: engine.PassClock | None = None) -> dict[str, Any]:
+    """A trained model's test loss and accuracies (the study's suite included), each pass timed on `clock`.
+    For a pack, every value is a list with one entry per member (the seconds are the pack's, shared)."""
+    clock = clock or engine.PassClock()
     out: dict[str, Any] = {}
-    out["test_loss"], out["test_acc"] = evaluate(model, batches(splits.test_x, splits.test_y, cfg.eval_batch_size))
-    out.update(studies.for_config(cfg).evaluations(model, splits, cfg))
+    with clock("test"):
+        out["test_loss"], out["test_acc"] = evaluate(model, batches(splits.test_x, splits.test_y,
+                                                                    cfg.eval_batch_size))
+    out.update(studies.for_config(cfg).evaluations(model, splits, cfg, clock=clock))
     return out
 
 
@@ -269,10 +278,11 @@ def _train_members(cfg: Config, members: list[tuple], checkpoint_dir: Path,
         for res, fit, net in zip(results, fitted, nets):
             record_fit(res, fit, net)
         if any(f.status == "completed" for f in fitted):  # every member's test suite at once
-            tested = test_results(model, splits, cfg)
+            clock = engine.PassClock()
+            tested = test_results(model, splits, cfg, clock)
             for k, (res, fit) in enumerate(zip(results, fitted)):
                 if fit.status == "completed":
-                    finish(res, plan.member_values(tested, k) if len(nets) > 1 else tested)
+                    finish(res, plan.member_values(tested, k) if len(nets) > 1 else tested, clock.seconds)
     except BaseException as e:  # a crash, a user error or Ctrl-C: every unfinished member records why
         for res in results:
             if "error" in res:

@@ -73,4 +73,32 @@ def measurements(run: Run) -> list[tuple[str, str, float]]:
                 ("test_acc_train_mode", pad, res.get("test_acc_heavy_pad_train_mode"))]
         out += [("test_acc_precise_bn", length, acc)  # re-estimated on training images stretched to each length
                 for length, acc in (res.get("test_acc_by_length_precise_bn") or {}).items()]
+        out += [("test_acc_precise_bn_past", length, acc)  # ... only the steps past the trained ones
+                for length, acc in (res.get("test_acc_by_length_precise_bn_past") or {}).items()]
+        out += [("test_acc_background", length, acc)  # background rows after the unchanged image
+                for length, acc in (res.get("test_acc_by_length_background") or {}).items()]
     return [(m, a, float(v)) for m, a, v in out if isinstance(v, (int, float))]
+
+
+def costs(runs: list[Run]) -> dict[str, dict[str, float]]:
+    """Where each study's time went: per study, its runs and computations (a pack trains its members as
+    one, and each member records the pack's shared seconds, so a pack counts once), and the wall, training
+    and evaluation seconds summed over computations; `other` is the rest (setup, data, writing)."""
+    by_study: dict[str, dict[str, dict[str, float]]] = {}
+    for r in runs:
+        if r.status != "completed" or not isinstance(r.results.get("wall_s"), (int, float)):
+            continue
+        packed = r.results.get("packed")
+        key = str(packed["dir"]) if isinstance(packed, dict) and packed.get("mode") == "packed" else str(r.path)
+        group = by_study.setdefault(r.table_study or "sweep", {}).setdefault(key, {"runs": 0})
+        group["runs"] += 1
+        for name in ("wall_s", "train_s", "eval_s"):
+            value = r.results.get(name)
+            if isinstance(value, (int, float)):
+                group[name] = max(group.get(name, 0.0), float(value))
+    out = {}
+    for study, groups in sorted(by_study.items()):
+        total = {name: sum(g.get(name, 0.0) for g in groups.values()) for name in ("wall_s", "train_s", "eval_s")}
+        out[study] = {"runs": sum(g["runs"] for g in groups.values()), "computations": len(groups), **total,
+                      "other_s": total["wall_s"] - total["train_s"] - total["eval_s"]}
+    return out

@@ -1,9 +1,11 @@
-"""`normbench summarize PATH`: the results.json files of a sweep (or of all of outputs/) -> tables with
-95% intervals and paired comparisons, as CSV, JSON, Markdown, one HTML page, plots and TensorBoard runs.
+"""`normbench summarize PATH`: the results.json files of a sweep (or of all of outputs/) -> the verdicts of
+its declared claims, then tables with 95% intervals and paired comparisons, as CSV, JSON, Markdown, one HTML
+page, plots and TensorBoard runs.
 
     normbench summarize outputs/multirun/2025-01-01/12-00-00
     normbench summarize outputs --out reports/ --ref gn   # every run under outputs/, compared with gn
     normbench summarize SWEEP --select lr                  # the best lr per cell, chosen on validation
+    normbench summarize SWEEP --claims claims.yaml         # test these claims (normbench/claims.py)
 
 Runs are grouped by (study, data, model, norm label, column); the norm label is the norm's name plus
 every other setting that varies between runs of the same model (norm.masked, model.placement, lr, ...),
@@ -26,24 +28,30 @@ from pathlib import Path
 from normbench.errors import UserError
 from normbench.labels import label_runs, sweep_axes
 from normbench.results import atomic_write_text
-from normbench.runs import find_runs
+from normbench.runs import costs, find_runs
 from normbench.tables import Summary
 from normbench.tabulate import build_tables
 
 
-def compute(root: Path, ref: str = "bn", select: str | None = None) -> Summary:
-    """Read every run under `root` and compute the tables; raises UserError for a path without runs."""
+def compute(root: Path, ref: str = "bn", select: str | None = None, claims_file: Path | None = None) -> Summary:
+    """Read every run under `root`, compute the tables and test the claims (those in `claims_file`, else
+    those the runs' experiments declared); raises UserError for a path without runs."""
+    from normbench import claims as claiming
+
     root = Path(root)
     if not root.is_dir():
         raise UserError(f"{root} is not a directory", "give a sweep directory, e.g. outputs/multirun/<date>/<time>")
+    declared = claiming.load_file(claims_file) if claims_file is not None else None  # a bad file fails first
     runs = find_runs(root)
     if not runs:
         raise UserError(f"no runs under {root} (no results.json, no Hydra run directory)",
                         "point it at a sweep directory or at outputs/")
     varied, constant = sweep_axes(runs)
+    extensions: list[str] = []
     if select is None:
+        kept = runs
         tables = build_tables(runs, label_runs(runs), ref)
-    else:  # one value of `select` per cell, chosen on validation accuracy
+    else:  # one value of `select` per cell and seed, chosen on the other seeds' validation accuracy
         from normbench import select as selection
 
         if select not in varied:
@@ -51,9 +59,12 @@ def compute(root: Path, ref: str = "bn", select: str | None = None) -> Summary:
                             f"sweep it, e.g. {select}=1e-3,3e-3,1e-2")
         labels = label_runs(runs, pooled=frozenset({select}))
         chosen = selection.choose(runs, select, labels)
-        tables = build_tables([r for r in runs if selection.kept_by(chosen, r, labels, select)], labels, ref)
-        selection.annotate(tables, chosen, select, varied[select])
-    return Summary(root, runs, tables, varied, constant, ref)
+        kept = [r for r in runs if selection.kept_by(chosen, r, labels, select)]
+        tables = build_tables(kept, labels, ref)
+        selection.annotate(tables, chosen, select)
+        extensions = selection.extensions(chosen, runs, labels, select, root)
+    tested = claiming.test(declared if declared is not None else claiming.declared(runs), kept)
+    return Summary(root, runs, tables, varied, constant, ref, tested, extensions, costs(runs))
 
 
 def write_files(s: Summary, out: Path, plots: bool = True) -> dict[str, Path]:
@@ -63,10 +74,11 @@ def write_files(s: Summary, out: Path, plots: bool = True) -> dict[str, Path]:
 
     out.mkdir(parents=True, exist_ok=True)
     files = {"csv": out / "summary.csv", "paired_csv": out / "summary_paired.csv", "json": out / "summary.json",
-             "md": out / "summary.md", "html": out / "summary.html"}
+             "md": out / "summary.md", "html": out / "summary.html", "claims_csv": out / "claims.csv"}
     atomic_write_text(files["csv"], report.to_csv(s.tables))
     atomic_write_text(files["paired_csv"], report.to_paired_csv(s.tables))
     atomic_write_text(files["json"], report.to_json(s))
+    atomic_write_text(files["claims_csv"], report.to_claims_csv(s))
     figures, svgs = {}, {}
     if plots:
         from normbench import plots as plotting
@@ -86,12 +98,12 @@ def write_files(s: Summary, out: Path, plots: bool = True) -> dict[str, Path]:
 
 
 def summarize(root: Path, out: Path | None = None, plots: bool = True, console=None, ref: str = "bn",
-              select: str | None = None) -> dict[str, Path]:
+              select: str | None = None, claims_file: Path | None = None) -> dict[str, Path]:
     """Summarize every run under `root` into `out` (default `root`): print the tables, write the files;
     returns the files written."""
     from normbench import report
 
-    summary = compute(root, ref, select)
+    summary = compute(root, ref, select, claims_file)
     report.print_summary(summary, console)
     return write_files(summary, Path(out or root), plots=plots)
 
@@ -102,9 +114,14 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", type=Path, default=None, help="where to write the files (default: PATH)")
     p.add_argument("--ref", default="bn", help="the norm every other is compared with, seed by seed (default: bn)")
     p.add_argument("--select", choices=["lr"], default=None,
-                   help="pick, per cell, the value with the best mean validation accuracy (test accuracy reported)")
+                   help="pick, per cell and seed, the value with the best mean validation accuracy over the other "
+                        "seeds (that seed's test accuracy reported)")
+    p.add_argument("--claims", type=Path, default=None, metavar="FILE.yaml",
+                   help="test these claims (a YAML list: name, a, b, expect, margin, metric) instead of those the "
+                        "runs' experiments declared")
     p.add_argument("--no-plots", action="store_true", help="skip the plots, the HTML figures and TensorBoard")
     args = p.parse_args(argv)
-    files = summarize(args.path, args.out, plots=not args.no_plots, ref=args.ref, select=args.select)
+    files = summarize(args.path, args.out, plots=not args.no_plots, ref=args.ref, select=args.select,
+                      claims_file=args.claims)
     print("wrote " + ", ".join(str(f) for f in files.values()))
     return 0

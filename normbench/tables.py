@@ -26,7 +26,9 @@ METRICS = {"test_acc": "test accuracy (running statistics)",
            "test_acc_train_mode": "test accuracy with batch statistics (norms in train mode)",
            "test_acc_precise_bn": "test accuracy with PreciseBN statistics",
            "train_acc": "training-set accuracy (running statistics)",
-           "train_acc_train_mode": "training-set accuracy with batch statistics"}
+           "train_acc_train_mode": "training-set accuracy with batch statistics",
+           "test_acc_background": "test accuracy with background rows after the image (the second length manipulation)",
+           "test_acc_precise_bn_past": "test accuracy with PreciseBN on the steps past the trained ones only (the control)"}
 CORE_METRICS = ("test_acc", "test_acc_train_mode")  # every study has these; a failed run is marked in them
 MODEL_ORDER = ["mlp", "cnn", "rnn"]  # tables and figures list models in this order
 MIN_N = 3  # cells with fewer seeds are marked: their interval is too wide to read, or undefined
@@ -50,6 +52,13 @@ class Run:
         """The shipped experiment the run came from (experiment=... on its command line), else ''."""
         named = [o.split("=", 1)[1] for o in self.overrides if o.lstrip("+").startswith("experiment=")]
         return named[-1] if named else (VARLEN if self.varlen else "")
+
+    @property
+    def table_study(self) -> str:
+        """The study as tables and labels group runs: the experiment, and the variable-length regime's
+        design (varlen_design=length or padding) beside it, whose runs answer different questions."""
+        design = self.config.get("varlen.design") if self.varlen else None
+        return f"{self.study} ({design})" if design else self.study
 
 
 @dataclass
@@ -143,6 +152,9 @@ class Summary:
     varied: dict[str, list[str]]  # key -> the values it takes across the runs (seed included)
     constant: dict[str, Any]  # keys set to one non-default value in every run
     ref: str
+    claims: list = field(default_factory=list)  # claims.ClaimResult, in the order declared
+    extensions: list[str] = field(default_factory=list)  # --select: commands that widen a grid chosen at its edge
+    costs: dict = field(default_factory=dict)  # study -> runs, computations, wall_s, train_s, eval_s, other_s
 
     @property
     def problems(self) -> list[Run]:

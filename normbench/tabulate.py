@@ -20,11 +20,13 @@ def build_tables(runs: list[Run], labels: dict[Path, str], ref: str = "bn") -> l
 
     def table(run: Run, metric: str) -> Table:
         kind = VARLEN if run.varlen else "batch"
-        key = (kind, run.study, str(run.config.get("data.name")), str(run.config.get("model.name")), metric)
+        key = (kind, run.table_study, str(run.config.get("data.name")), str(run.config.get("model.name")), metric)
         return tables.setdefault(key, Table(*key))
 
     # table key -> column -> the (steps, batch size) of its runs, for the budget note
     steps: dict[tuple, dict[str, set[tuple[int, int]]]] = defaultdict(lambda: defaultdict(set))
+    flat: dict[tuple, dict[Path, bool | None]] = defaultdict(dict)  # table key -> run -> plateaued
+    measured: dict[tuple, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))  # varlen: label -> results
     for run in runs:
         if run.status == "completed":
             for metric, col, acc in measurements(run):
@@ -33,11 +35,15 @@ def build_tables(runs: list[Run], labels: dict[Path, str], ref: str = "bn") -> l
                     steps[t.kind, t.study, t.data, t.model, t.metric][col].add(
                         (run.results["steps"], run.config.get("batch_size") or 0))
                 t.cells.setdefault((labels[run.path], col), Entry()).add(run.config.get("seed", 0), acc, run.path)
+                flat[t.kind, t.study, t.data, t.model, t.metric][run.path] = plateaued(run.results.get("history"))
                 vpc = run.results.get("norm_values_per_channel")
                 if not run.varlen and isinstance(vpc, int):
                     t.values_per_channel.setdefault(col, set()).add(vpc)
                 if run.varlen:
                     t.train_range = (run.config.get("varlen.min_len"), run.config.get("varlen.max_len"))
+            if run.varlen:
+                measured[VARLEN, run.table_study, str(run.config.get("data.name")), str(run.config.get("model.name"))
+                         ][labels[run.path]].append(run.results)
     for run in runs:  # after the completed ones, so a diverged varlen run marks every test length
         if run.status in ("diverged", "failed") and run.config:
             for metric in CORE_METRICS:
@@ -52,6 +58,10 @@ def build_tables(runs: list[Run], labels: dict[Path, str], ref: str = "bn") -> l
         t.cols = sorted({c for _, c in t.cells}, key=col_key)
         if steps.get(key):
             t.notes.append(budget_note(t, steps[key]))
+        if flat.get(key):
+            t.notes.append(plateau_note(list(flat[key].values())))
+        if t.kind == VARLEN and t.metric == "test_acc":
+            t.notes += varlen_notes(measured[key[:4]])
         compare(t, ref)
     return sorted(tables.values(), key=lambda t: (t.kind, t.study, t.data, MODEL_ORDER.index(t.model)
                                                   if t.model in MODEL_ORDER else 9, t.model, list(METRICS).index(t.metric)))
@@ -70,6 +80,55 @@ def budget_note(t: Table, steps: dict[str, set[tuple[int, int]]]) -> str:
         return f"{seen}, {span([n for n, _ in every])} steps"
     per_col = ", ".join(f"{span([n for n, _ in steps[c]])} at {c}" for c in t.cols if c in steps)
     return f"{seen}; steps: {per_col}"
+
+
+PLATEAU_SHARE, PLATEAU_POINTS, PLATEAU_EPOCHS = 0.2, 0.5, 5
+
+
+def plateaued(history) -> bool | None:
+    """Has the run's validation accuracy flattened: do its last 20% of epochs (at least one) span at most
+    0.5 points? None for fewer than 5 epochs, where the last 20% is one epoch and says nothing."""
+    accs = [h["acc/val"] for h in history or [] if isinstance(h.get("acc/val"), (int, float))]
+    if len(accs) < PLATEAU_EPOCHS:
+        return None
+    tail = accs[-max(1, round(PLATEAU_SHARE * len(accs))):]
+    return 100 * (max(tail) - min(tail)) <= PLATEAU_POINTS
+
+
+def plateau_note(flags: list[bool | None]) -> str:
+    rule = (f"plateau: validation accuracy over a run's last {PLATEAU_SHARE:.0%} of epochs within "
+            f"{PLATEAU_POINTS:g} points")
+    checked = [f for f in flags if f is not None]
+    if not checked:
+        return f"{rule}: not checkable (runs of fewer than {PLATEAU_EPOCHS} epochs)"
+    return f"{rule}: {sum(checked)} of {len(checked)} runs" + (
+        f" ({len(flags) - len(checked)} too short to check)" if len(checked) < len(flags) else "")
+
+
+def _mean(values: list) -> float | None:
+    values = [v for v in values if isinstance(v, (int, float))]
+    return sum(values) / len(values) if values else None
+
+
+def varlen_notes(by_label: dict[str, list[dict]]) -> list[str]:
+    """What the variable-length runs' statistics saw, per norm label (the mean over its runs): the real
+    samples per training batch at each trained step of per-step BN (fewest, median, at the last step), and
+    how far padding moved a sequence BN's statistics (mean shift in SD units, SD ratio; at the training
+    padding and the heavy test padding, with the share of padded positions)."""
+    notes = []
+    for label, results in sorted(by_label.items()):
+        counts = [r["step_samples"]["summary"] for r in results if r.get("step_samples")]
+        if counts:
+            notes.append(f"{label}: samples per training batch at each trained step: fewest "
+                         f"{min(c['min'] for c in counts)}, median {_mean([c['median'] for c in counts]):.1f}, "
+                         f"at the last step {_mean([c['last'] for c in counts]):.1f}")
+        shifts = [r["padding_shift"] for r in results if r.get("padding_shift")]
+        if shifts:
+            parts = [f"{where} padding ({100 * _mean([s[where]['padding_share'] for s in shifts]):.0f}% padded): "
+                     f"mean shift {_mean([s[where]['mean_shift_sd'] for s in shifts]):.2f} SD, SD ratio "
+                     f"{_mean([s[where]['sd_ratio'] for s in shifts]):.2f}" for where in ("train", "test")]
+            notes.append(f"{label}: padding moves its first BN's statistics from the real tokens': " + "; ".join(parts))
+    return notes
 
 
 def _paired(a: Entry, b: Entry) -> stats.Paired:

@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# Reproduce the tables and plots of the README and docs/regimes.md: the small-batch regime's two panels on
-# the MLP, (a) ghost batches at a fixed SGD batch (with Batch Renorm's ablation) and (b) true small
-# batches, each configuration at 5 seeds x 5 learning rates trained as one pack (docs/packing.md); the
-# values-per-channel experiment on the CNN (5 seeds, one lr); the variable-length study on the RNN (5 seeds
-# x 3 learning rates); then `normbench summarize --select lr` on each and scripts/claims.py. Sized for 2 CPU cores (2 jobs at once, 1 torch thread each);
-# every setting below is an override of the shipped experiments (normbench/configs/experiment/), which are
-# the full-size studies.
+# Reproduce the tables, plots and claims of the README and docs/regimes.md: the small-batch regime's two
+# panels on the MLP, (a) ghost batches at a fixed SGD batch (with Batch Renorm's ablation, its momentum and
+# BN's eps at K = 2) and (b) true small batches (and the CNN at batch 2), each configuration at 5 seeds x 5
+# learning rates trained as one pack (docs/packing.md); values per channel on the CNN (norm.positions at
+# batch 8, and ghost batches under panel (a)'s optimizer); the variable-length study on the RNN (5 seeds x 3
+# learning rates); the MLP at convergence (experiment=converged); then `normbench summarize --select lr` on
+# each, and on all of them at once into $OUT/summary/ (the studies' declared claims tested as one family).
+# Sized for 2 CPU cores (2 jobs at once, 1 torch thread each); every setting below is an override of the
+# shipped experiments (normbench/configs/experiment/), which are the full-size studies.
 #
 #   scripts/reproduce.sh                                   # everything, into outputs/reproduce/
 #   PYTHON=.venv/bin/python scripts/reproduce.sh           # with a given interpreter
 #   QUICK=1 OUT=/tmp/pilot scripts/reproduce.sh            # a few-minute pilot: 2 seeds, 2 lrs, fewer cells
+#   CONVERGED=0 scripts/reproduce.sh                       # without the converged runs (the longest part)
 #   SEEDS=0,1,2,3,4,5,6,7,8,9 JOBS=8 scripts/reproduce.sh  # more seeds, on an 8-core machine
 #
 # Budgets (every table states its own): panel (b) and the CNN see 10,000 training samples at every batch
 # size (1 epoch of a 10k subset: 5,000 steps at batch 2, 78 at 128); panel (a) trains 312 steps at batch 64
-# (2 epochs of the same subset); the RNN 1 epoch of the full training set. The validation split (2k) and
-# the subset are the same for every run (docs/regimes.md). The RNN's grid is 3 learning rates, not the
-# shipped experiment's 5, and it trains 1 epoch of a 20k subset: its evaluation suite (every test length,
-# padding, PreciseBN on stretched images) costs ~50 s per run for recurrent BN on one core. Timings go to
-# $OUT/timing.txt.
+# (2 epochs of the same subset); the RNN 1 epoch of a 20k subset; the converged runs 10 epochs of the full
+# training split (55k). The validation split (2k) and the subset are the same for every run
+# (docs/regimes.md). The RNN's grid is 3 learning rates, not the shipped experiment's 5: its evaluation
+# suite (every test length, padding, PreciseBN on stretched images) costs ~50 s per run for recurrent BN on
+# one core. Timings go to $OUT/timing.txt; afterwards `python scripts/readme_claims.py --record $OUT` checks
+# the joint summary into docs/results/ and rewrites the README's claims table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +33,9 @@ if [ -n "${QUICK:-}" ]; then
   SEEDS=${SEEDS:-0,1}; LRS=${LRS:-0.025,0.1}; RNN_LRS=${RNN_LRS:-1e-3,3e-3}; NORMS=${NORMS:-bn,ln}
   BATCHES=${BATCHES:-2,128}; GHOSTS=${GHOSTS:-2,64}; POSITIONS=${POSITIONS:-1,null}
   RNN_NORMS=${RNN_NORMS:-bn_recurrent,ln}; SUBSET=${SUBSET:-2000}; RNN_SUBSET=${RNN_SUBSET:-2000}
+  EPSS=${EPSS:-1e-5,1e-1}; CNN_NORMS=${CNN_NORMS:-bn,gn}; CONV_EPOCHS=${CONV_EPOCHS:-1}
+  CONV_SUBSET=${CONV_SUBSET:-2000}; CONV_LRS=${CONV_LRS:-0.05}; CONV_BATCHES=${CONV_BATCHES:-8,64}
+  CONV_GHOSTS=${CONV_GHOSTS:-8,64}
 fi
 SEEDS=${SEEDS:-0,1,2,3,4}
 LRS=${LRS:-0.0125,0.025,0.05,0.1,0.2}  # SGD, at batch 64 (scaled linearly with the batch in panel (b))
@@ -40,7 +47,16 @@ POSITIONS=${POSITIONS:-1,4,16,null}  # BN statistics over k random positions per
 RNN_NORMS=${RNN_NORMS:-none,bn_naive,bn_masked,bn_recurrent,ln,ln_recurrent,rms}
 SUBSET=${SUBSET:-10000}
 RNN_SUBSET=${RNN_SUBSET:-20000}
+EPSS=${EPSS:-1e-5,1e-3,1e-1}  # BN's eps at ghost batch 2
+CNN_NORMS=${CNN_NORMS:-bn,gn,ln}  # the CNN at batch 2
+CONVERGED=${CONVERGED:-1}  # CONVERGED=0 skips the converged runs (the longest part)
+CONV_EPOCHS=${CONV_EPOCHS:-10}
+CONV_SUBSET=${CONV_SUBSET:-null}  # the full training split
+CONV_LRS=${CONV_LRS:-0.025,0.05,0.1}
+CONV_BATCHES=${CONV_BATCHES:-2,8,64}
+CONV_GHOSTS=${CONV_GHOSTS:-2,8,64}
 
+start_date=$(date -u +%Y-%m-%d)
 if [ -e "$OUT" ]; then
   echo "reproduce.sh: $OUT exists; remove it or set OUT=<new dir>" >&2
   exit 2
@@ -53,9 +69,9 @@ mkdir -p "$OUT"
 # at 1000).
 COMMON=(hydra.launcher.n_jobs="$JOBS" threads=1 progress=false data.val_size=2000 eval_batch_size=250
         "pack.seeds=[$SEEDS]")
-# Batch Renorm without its correction (r_max=1, d_max=0): BN computed by the BRN layer at BRN's settings.
-# With BRN at BN's momentum it equals bn (tests/test_renorm.py), so it runs once, at the smallest ghost
-# batch, as the check that BRN's gain over bn is its correction alone.
+# Batch Renorm without its correction (r_max=1, d_max=0): trains as BN does, infers with Algorithm 1's
+# sigma (the moving average of sigma_B; norms/renorm.py). It runs once, at the smallest ghost batch and
+# BRN's momentum: BRN - ablation is the correction's gain.
 ABLATION=(norm=brn norm.r_max=1 norm.d_max=0)
 
 study() {  # study NAME OVERRIDES...: one sweep, timed
@@ -71,20 +87,43 @@ GHOST=(experiment=ghost_batch epochs=2 data.subset="$SUBSET" "pack.lrs=[$LRS]")
 study ghost_batch/bn "${GHOST[@]}" norm=bn,brn norm.ghost_batch="$GHOSTS"
 study ghost_batch/brn_ablation "${GHOST[@]}" "${ABLATION[@]}" norm.ghost_batch="${GHOSTS%%,*}"
 study ghost_batch/references "${GHOST[@]}" norm=none,ln,gn,rms norm.ghost_batch=null
+# At K = 2: how much of BRN's gain is its averaging window (momentum 0.01 vs 0.1), and what eps does to BN.
+study ghost_batch/brn_window "${GHOST[@]}" norm=brn norm.ghost_batch="${GHOSTS%%,*}" norm.momentum=0.01
+study ghost_batch/eps "${GHOST[@]}" norm=bn norm.ghost_batch="${GHOSTS%%,*}" norm.eps="$EPSS"
 # Panel (b): true small batches, the same 10k samples seen at every batch size.
 SMALL=(experiment=small_batch model=mlp epochs=1 data.subset="$SUBSET" "pack.lrs=[$LRS]")
 study small_batch/mlp "${SMALL[@]}" norm="$NORMS" batch_size="$BATCHES"
+# The CNN at batch 2, the cell the GroupNorm paper's figure is about (the small CNN of values_per_channel).
+study small_batch/cnn experiment=small_batch model=cnn "model.channels=[16,32]" model.hidden=128 \
+  norm="$CNN_NORMS" batch_size=2 epochs=1 data.subset="$SUBSET" "pack.lrs=[$LRS]"
 # Values per channel at a fixed batch: a conv BN whose statistics see batch x k positions. One lr (the
 # CNN costs ~10x the MLP per sample on a CPU), the small-batch rule's 0.05 x 8/64.
 study values_per_channel experiment=small_batch model=cnn "model.channels=[16,32]" model.hidden=128 norm=bn \
   batch_size=8 norm.positions="$POSITIONS" pack.lrs=null lr=0.05 epochs=1 data.subset="$SUBSET"
+# Values per channel, matched: the same CNN under panel (a)'s optimizer (SGD batch 64, the MLP's lr grid and
+# steps), BN over ghost batches of K (K x H x W values per channel).
+study values_per_channel_ghost "${GHOST[@]}" model=cnn "model.channels=[16,32]" model.hidden=128 norm=bn \
+  norm.ghost_batch="$GHOSTS"
 # The variable-length study.
 study variable_length experiment=variable_length rnn_norm="$RNN_NORMS" epochs=1 data.subset="$RNN_SUBSET" \
   "pack.lrs=[$RNN_LRS]"
 
-for name in ghost_batch small_batch variable_length; do
+# The MLP at convergence (experiment=converged: the full training split, 10 epochs), unless CONVERGED=0.
+if [ "$CONVERGED" != 0 ]; then
+  CONV=(experiment=converged epochs="$CONV_EPOCHS" data.subset="$CONV_SUBSET" "pack.lrs=[$CONV_LRS]")
+  study converged/small_batch "${CONV[@]}" norm=bn,gn,ln batch_size="$CONV_BATCHES"
+  study converged/ghost_batch "${CONV[@]}" norm=bn norm.ghost_batch="$CONV_GHOSTS" batch_size=64
+fi
+
+summarized=(ghost_batch small_batch variable_length values_per_channel_ghost)
+[ "$CONVERGED" != 0 ] && summarized+=(converged)
+for name in "${summarized[@]}"; do
   "$PY" -m normbench summarize "$OUT/$name" --select lr
 done
 "$PY" -m normbench summarize "$OUT/values_per_channel"  # one lr: nothing to select
-"$PY" scripts/claims.py "$OUT" | tee "$OUT/claims.md"
+# Every study's declared claims as one family (Holm over all of them), the README's claims table:
+"$PY" -m normbench summarize "$OUT" --select lr --out "$OUT/summary"
 echo "total: $SECONDS s on $(nproc) cores, $JOBS jobs at once" | tee -a "$OUT/timing.txt"
+echo "scripts/reproduce.sh${QUICK:+ (QUICK=1)}" > "$OUT/command.txt"
+echo "$start_date" > "$OUT/date.txt"
+echo "check it in and rewrite the README's claims: python scripts/readme_claims.py --record $OUT"

@@ -7,6 +7,7 @@ import subprocess
 import tempfile
 
 import pytest
+import yaml
 from test_summarize import _summarize, sleep_sweep, small_batch_sweep
 
 from normbench.summarize import summarize
@@ -47,8 +48,26 @@ def test_chromium_renders_tables_comparisons_and_figures(tmp_path):
         "hydra:\n  overrides:\n    task:\n    - norm=bn,gn,ln\n    - batch_size=4,16\n")
     files = summarize(tmp_path, console=None)
     dom = dump_dom(files["html"])
-    assert "<h2>fashion_mnist · mlp · test accuracy (running statistics) by batch size</h2>" in dom
+    assert re.search(r'<h2 id="[^"]+">fashion_mnist · mlp · test accuracy \(running statistics\) by batch size</h2>', dom)
     assert "paired vs bn" in dom and "+1.6" in dom and "0.0028" in dom
     assert dom.count("<svg") >= 2 and "error bars: 95% t-interval" in dom
     assert "normbench train -m norm=bn,gn,ln batch_size=4,16" in dom
     assert re.search(r"<dt>seed</dt><dd>0, 1, 2, 3, 4, 5, 6, 7, 8, 9</dd>", dom)
+
+
+def test_claims_open_the_page(tmp_path):
+    """Reference: the page's order (what a 1400 x 900 window shows first, checked by eye in the screenshot of
+    docs/figures/summary_html.png): right after the run count, one block holds the claims' verdicts and the
+    main figure; the claims in full, their forest plot and the table index come next, the tables after."""
+    from test_claims import CLAIMS, claim_sweep
+
+    claim_sweep(tmp_path / "sweep")
+    (tmp_path / "claims.yaml").write_text(yaml.safe_dump(CLAIMS))
+    files = summarize(tmp_path / "sweep", console=None, claims_file=tmp_path / "claims.yaml")
+    html = files["html"].read_text()
+    first = html[html.index('<div class="first">'):html.index("<h2>Claims in full</h2>")]
+    assert html.index('<div class="first">') < html.index("<h2>What the tables show</h2>") < html.index("<h2 id=")
+    assert "Claims: 2 held, 1 refuted, 1 inconclusive" in first and first.count("<svg") == 1
+    assert [v for v in ("held", "refuted", "inconclusive") if f'class="v-{v}"' in first] == ["held", "refuted",
+                                                                                            "inconclusive"]
+    assert '<figure id="claims">' in html  # the forest plot of the claims

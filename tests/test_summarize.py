@@ -344,6 +344,26 @@ def test_select_lr_picks_on_validation_and_reports_test(tmp_path):
     assert "lr=0.01 ⚑" in r.stdout and "edge of the grid" in r.stdout
 
 
+def test_select_lr_is_nested_leave_one_seed_out(tmp_path):
+    """Reference: the grid worked by hand. Validation accuracy at lr 0.001: seeds 0-2 give 0.9, 0.5, 0.5
+    (mean 0.633), at 0.003: 0.6 each: pooled, 0.001 wins. Leaving each seed out: seed 0 sees 0.5 vs 0.6 and
+    reports its 0.003 run; seeds 1 and 2 see 0.7 vs 0.6 and report their 0.001 runs."""
+    val = {0.001: [0.9, 0.5, 0.5], 0.003: [0.6, 0.6, 0.6]}
+    for lr, vals in val.items():
+        for seed, v in enumerate(vals):
+            write_run(tmp_path, f"bn_{lr}_{seed}", seed=seed, config={"lr": lr}, val_acc=v,
+                      test_acc=100 * lr + seed / 100, overrides=["norm=bn", f"lr={lr}", f"seed={seed}"])
+    s = compute(tmp_path, select="lr")
+    cell = s.tables[0].cells["bn", "8"]
+    assert dict(zip(cell.seeds, cell.values)) == {0: pytest.approx(0.3), 1: pytest.approx(0.11),
+                                                  2: pytest.approx(0.12)}
+    assert s.tables[0].chosen["bn", "8"] == "lr=0.001 (2) 0.003 (1) ⚑"
+    # both edges were chosen: the commands train the next grid value on each side, with the cell's command line
+    assert sorted(s.extensions) == sorted(
+        f"normbench train norm=bn seed=0 pack.lrs=null lr={v} hydra.run.dir={tmp_path}/lr_extension/fashion_mnist_mlp_bn_8_{v}"
+        for v in ("0.000333", "0.009"))
+
+
 def test_without_select_lrs_are_separate_rows(tmp_path):
     """Reference: the same grid without --select: every (norm, lr) is its own row, labelled by its lr
     (the default lr 0.001 unlabelled)."""
@@ -358,3 +378,17 @@ def test_select_needs_a_swept_key(tmp_path):
     sleep_sweep(tmp_path)
     r = normbench_cli("summarize", str(tmp_path), "--no-plots", "--select", "lr", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "do not vary lr" in r.stderr
+
+
+def test_plateau_criterion_by_hand():
+    """Reference: the criterion written out: the last 20% of epochs (2 of 10) must span <= 0.5 points of
+    validation accuracy; fewer than 5 epochs cannot be checked."""
+    from normbench.tabulate import plateau_note, plateaued
+
+    def history(accs):
+        return [{"epoch": i + 1, "acc/val": a} for i, a in enumerate(accs)]
+
+    assert plateaued(history([0.5, 0.6, 0.7, 0.75, 0.8, 0.82, 0.83, 0.84, 0.845, 0.849])) is True  # 0.4 points
+    assert plateaued(history([0.5, 0.6, 0.7, 0.75, 0.8, 0.82, 0.83, 0.84, 0.84, 0.846])) is False  # 0.6 points
+    assert plateaued(history([0.5, 0.6, 0.7])) is None
+    assert plateau_note([True, False, None]).endswith(": 1 of 2 runs (1 too short to check)")

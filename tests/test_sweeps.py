@@ -72,16 +72,33 @@ def test_variable_length_experiment_composes(option):
     assert cfg.model.name == "rnn" and cfg.varlen.enabled and cfg.norm.name == norm
     assert (cfg.varlen.min_len, cfg.varlen.max_len) == (10, 28) and {36, 42} <= set(cfg.varlen.test_lengths)
     assert cfg.varlen.heavy_pad == 2
-    assert cfg.model.placement == ("recurrent" if "recurrent" in option else "output")
-    if option in ("bn_naive", "bn_masked"):
-        assert cfg.norm.masked == (option == "bn_masked")
+    assert cfg.model.placement == ("recurrent" if "recurrent" in option else "input" if option.endswith("_input")
+                                   else "output")
+    if option.startswith(("bn_naive", "bn_masked")):
+        assert cfg.norm.masked == option.startswith("bn_masked")
 
 
 def test_variable_length_sweep_names_every_variant():
-    """Reference: docs/regimes.md's list: none, naive BN, masked BN, recurrent BN, LN (output and recurrent), RMS."""
+    """Reference: docs/regimes.md's list: none, naive and masked BN (on the outputs and on W_x x_t),
+    recurrent BN, LN (output and recurrent), RMS; under both designs (the length and the padding question)."""
     cfg = _compose(["experiment=variable_length"], hydra=True)
     assert set(cfg.hydra.sweeper.params.rnn_norm.split(",")) == set(_rnn_norm_options()) == {
-        "none", "bn_naive", "bn_masked", "bn_recurrent", "ln", "ln_recurrent", "rms"}
+        "none", "bn_naive", "bn_masked", "bn_naive_input", "bn_masked_input", "bn_recurrent", "ln", "ln_recurrent",
+        "rms"}
+    assert set(cfg.hydra.sweeper.params.varlen_design.split(",")) == {"length", "padding"}
+
+
+def test_variable_length_designs_compose():
+    """Reference: configs/varlen_design/: the length design trains bucketed and tests every other length
+    10..42; the padding design trains on mixed lengths under a varying padding share with background
+    padding, and tests at a share no training batch had (3x)."""
+    length = OmegaConf.to_object(_compose(["experiment=variable_length"]))
+    assert length.varlen.design == "length" and length.varlen.batching == "bucketed"
+    assert length.varlen.test_lengths == list(range(10, 43, 2)) and length.varlen.min_step_samples == 32
+    padding = OmegaConf.to_object(_compose(["experiment=variable_length", "varlen_design=padding"]))
+    assert padding.varlen.design == "padding" and padding.varlen.batching == "mixed"
+    assert (padding.varlen.train_pad, padding.varlen.train_pad_max, padding.varlen.heavy_pad) == (1.0, 2.0, 3.0)
+    assert padding.varlen.pad_value == "background" and padding.varlen.heavy_pad > padding.varlen.train_pad_max
 
 
 def test_slurm_preset_composes():

@@ -19,7 +19,7 @@ from torch import nn
 
 from normbench.members import Members
 from normbench.models import CNN, MLP, RNN, length_mask
-from normbench.pack.layers import convert, to_layout, unpack_into
+from normbench.pack.layers import PackedConv2d, PerMember, convert, to_layout, unpack_into
 
 
 class PackedSequential(nn.Module):
@@ -106,6 +106,20 @@ class PackedModel(Members):
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         return self.net(x, lengths)
+
+    def first_weights(self) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        def first(module: nn.Module):
+            if isinstance(module, PerMember):  # the members' own modules
+                params = [next((p for p in m.parameters() if p.dim() >= 2), None) for m in module.members]
+                return None if params[0] is None else [(p, p.grad) for p in params]
+            own = [p for p in module.parameters(recurse=False) if p.dim() >= 2]
+            if own:  # stacked (S, ...) copies; a packed conv's are concatenated along its output channels
+                w = own[0]
+                split = (lambda t: t.chunk(self.size)) if isinstance(module, PackedConv2d) else (lambda t: t.unbind(0))
+                return list(zip(split(w), split(w.grad) if w.grad is not None else [None] * self.size))
+            return next((found for child in module.children() if (found := first(child))), None)
+
+        return first(self.net)
 
     def member_batches(self, batch_fn, x, y, batch_size, generators, **kw):
         """While a batch is out, the pack knows each member's padded length (for norms that count it)."""

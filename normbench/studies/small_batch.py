@@ -30,7 +30,7 @@ from torch import nn
 from normbench import data, precise_bn
 from normbench.config import Config
 from normbench.data import augment
-from normbench.engine import can_split_statistics, evaluate, split_statistics
+from normbench.engine import PassClock, can_split_statistics, evaluate, split_statistics
 from normbench.members import Members
 
 PRECISE_SAMPLES = precise_bn.DEFAULT_SAMPLES  # training images PreciseBN averages over (10k)
@@ -76,18 +76,24 @@ def precise_batches(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn
                     drop_last=True)
 
 
-def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn=data.batches) -> dict[str, Any]:
+def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn=data.batches,
+                clock: PassClock | None = None) -> dict[str, Any]:
     """The suite above. Batch statistics are taken at the training batch size (what the norm saw in
     training), on the test set cut to a multiple of it; `batch_fn` makes the training batches that
-    PreciseBN averages over (the study's, not augmented)."""
+    PreciseBN averages over (the study's, not augmented); `clock` times each pass by its result's name."""
+    clock = clock or PassClock()
     x, y, bs = splits.test_x, splits.test_y, cfg.batch_size
     if bs > len(x):
         return {"test_acc_train_mode": None, "test_acc_precise_bn": None}
-    out: dict[str, Any] = {"test_acc_train_mode": train_mode_acc(model, x, y, cfg)}
+    out: dict[str, Any] = {}
+    with clock("test_acc_train_mode"):
+        out["test_acc_train_mode"] = train_mode_acc(model, x, y, cfg)
     n = min(TRAIN_SAMPLES, len(splits.train_x)) // bs * bs  # both modes on the same whole training batches
     tx, ty = splits.train_x[:n], splits.train_y[:n]
-    out["train_acc"] = evaluate(model, data.batches(tx, ty, cfg.eval_batch_size))[1]
-    out["train_acc_train_mode"] = train_mode_acc(model, tx, ty, cfg)
+    with clock("train_acc"):
+        out["train_acc"] = evaluate(model, data.batches(tx, ty, cfg.eval_batch_size))[1]
+    with clock("train_acc_train_mode"):
+        out["train_acc_train_mode"] = train_mode_acc(model, tx, ty, cfg)
     out["test_acc_precise_bn"] = None
     if precise_bn.has_running_stats(model):
         trained = copy.deepcopy(model.state_dict())  # the reported model keeps its running statistics
@@ -95,9 +101,10 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn=dat
         size = _large(cfg) if split else bs
         batches = precise_batches(model, splits, replace(cfg, batch_size=size), batch_fn)
         try:
-            with split_statistics(model, bs) if split else contextlib.nullcontext():
-                precise_bn.recompute_statistics(model, batches, PRECISE_SAMPLES)
-            out["test_acc_precise_bn"] = evaluate(model, data.batches(x, y, cfg.eval_batch_size))[1]
+            with clock("test_acc_precise_bn"):
+                with split_statistics(model, bs) if split else contextlib.nullcontext():
+                    precise_bn.recompute_statistics(model, batches, PRECISE_SAMPLES)
+                out["test_acc_precise_bn"] = evaluate(model, data.batches(x, y, cfg.eval_batch_size))[1]
         finally:
             model.load_state_dict(trained)
     return out

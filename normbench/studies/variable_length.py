@@ -21,10 +21,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from normbench import data, precise_bn
+from normbench import cells, data, precise_bn
 from normbench.config import Config
 from normbench.data import varlen
-from normbench.engine import evaluate
+from normbench.engine import PassClock, eval_mode, evaluate
+from normbench.members import Members
+from normbench.norms.batch_stats import BatchStatistics
 from normbench.errors import UserError
 from normbench.studies import small_batch
 
@@ -45,38 +47,122 @@ def validate(cfg: Config) -> None:
     for key in ("heavy_pad", "train_pad"):
         if getattr(v, key) < 1:
             raise UserError(f"varlen.{key} must be >= 1 (got {getattr(v, key)})", f"set varlen.{key}=1 or more")
+    if v.train_pad_max is not None and v.train_pad_max < v.train_pad:
+        raise UserError(f"varlen.train_pad_max={v.train_pad_max} is below varlen.train_pad={v.train_pad}",
+                        "set train_pad_max >= train_pad (each batch draws its factor between them), or null")
+    if v.min_step_samples < 1:
+        raise UserError(f"varlen.min_step_samples must be >= 1 (got {v.min_step_samples})",
+                        "set e.g. varlen.min_step_samples=32")
+    if v.batching == "bucketed" and cfg.batch_size < v.min_step_samples:
+        raise UserError(f"varlen.batching=bucketed cannot give every step {v.min_step_samples} samples in batches "
+                        f"of {cfg.batch_size}", f"raise batch_size to >= {v.min_step_samples} or lower "
+                        "varlen.min_step_samples")
 
 
 def train_batches(cfg: Config):
     return varlen.train_batches(cfg.varlen)
 
 
-def evaluations(model: nn.Module, splits: data.Splits, cfg: Config) -> dict[str, Any]:
-    out = small_batch.evaluations(model, splits, cfg, train_batches(cfg))  # on the unresized test set
+def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, clock: PassClock | None = None) -> dict[str, Any]:
+    clock = clock or PassClock()
+    out = small_batch.evaluations(model, splits, cfg, train_batches(cfg), clock)  # on the unresized test set
     x, y, bs, ebs, v = splits.test_x, splits.test_y, cfg.batch_size, cfg.eval_batch_size, cfg.varlen
     if bs > len(x):
         return out
     gen = torch.Generator().manual_seed(v.test_seed)
     mixed = varlen.random_lengths(len(x), v.min_len, v.max_len, gen).to(x.device)
-    out["test_acc_by_length"] = {
-        str(length): evaluate(model, varlen.length_batches(x, y, length, ebs))[1] for length in v.test_lengths
-    }
-    if precise_bn.has_running_stats(model):
-        out["test_acc_by_length_precise_bn"] = {
-            str(length): stretched_precise_bn(model, splits, cfg, length)
-            for length in v.test_lengths if length >= v.max_len
+    value = varlen.background(splits.train_x) if v.pad_value == "background" else 0.0
+    past = [length for length in (v.precise_bn_lengths or v.test_lengths) if length >= v.max_len]
+    with clock("test_acc_by_length"):
+        out["test_acc_by_length"] = {
+            str(length): evaluate(model, varlen.length_batches(x, y, length, ebs))[1] for length in v.test_lengths
         }
+    with clock("test_acc_by_length_background"):  # the second manipulation: background rows after the image
+        rows = x.shape[2]
+        out["test_acc_by_length_background"] = {
+            str(length): evaluate(model, varlen.background_rows(length, varlen.background(splits.train_x))(
+                x, y, ebs))[1] for length in v.test_lengths if length > rows
+        }
+    if precise_bn.has_running_stats(model):
+        with clock("test_acc_by_length_precise_bn"):
+            out["test_acc_by_length_precise_bn"] = {
+                str(length): stretched_precise_bn(model, splits, cfg, length) for length in past}
+        if cells.step_samples(model) is not None:  # the control: only the steps past the trained ones
+            with clock("test_acc_by_length_precise_bn_past"):
+                out["test_acc_by_length_precise_bn_past"] = {
+                    str(length): stretched_precise_bn(model, splits, cfg, length, keep_below=v.max_len)
+                    for length in past}
     for name, pad in (("mixed", 1.0), ("heavy_pad", v.heavy_pad)):
-        out[f"test_acc_{name}"] = evaluate(model, varlen.padded_batches(x, y, mixed, ebs, pad))[1]
-        out[f"test_acc_{name}_train_mode"] = evaluate(
-            model, varlen.padded_batches(x, y, mixed, bs, pad, drop_last=True), batch_stats=True)[1]
+        with clock(f"test_acc_{name}"):
+            out[f"test_acc_{name}"] = evaluate(model, varlen.padded_batches(x, y, mixed, ebs, pad, value=value))[1]
+        with clock(f"test_acc_{name}_train_mode"):
+            out[f"test_acc_{name}_train_mode"] = evaluate(
+                model, varlen.padded_batches(x, y, mixed, bs, pad, drop_last=True, value=value), batch_stats=True)[1]
+    with clock("padding_shift"):
+        out["padding_shift"] = ([padding_shift(m, splits, cfg, mixed, value, seed)
+                                 for m, seed in zip(model.unpacked(), model.seeds)] if isinstance(model, Members)
+                                else padding_shift(model, splits, cfg, mixed, value, cfg.seed))
     return out
 
 
-def stretched_precise_bn(model: nn.Module, splits: data.Splits, cfg: Config, length: int) -> float:
+def stretched_precise_bn(model: nn.Module, splits: data.Splits, cfg: Config, length: int,
+                         keep_below: int = 0) -> float:
     """Test accuracy at `length` rows after PreciseBN on training images stretched to it, at the training
-    batch size, every step up to `length` with statistics of its own; on a copy (the run's model is kept)."""
+    batch size, every step up to `length` with statistics of its own; on a copy (the run's model is kept).
+    With `keep_below=k`, steps before k keep their trained statistics (only the steps past them are
+    re-estimated): the control that tells missing statistics from re-estimated ones."""
     stretched = copy.deepcopy(model)
     batches = small_batch.precise_batches(stretched, splits, cfg, varlen.fixed_length(length))
     precise_bn.recompute_statistics(stretched, batches, small_batch.PRECISE_SAMPLES, steps=length)
+    if keep_below:
+        cells.restore_steps(stretched, model, keep_below)
     return evaluate(stretched, varlen.length_batches(splits.test_x, splits.test_y, length, cfg.eval_batch_size))[1]
+
+
+def _sequence_batch_norms(model: nn.Module) -> list[nn.Module]:
+    """The batch-statistics norms that see whole padded sequences (N, T, C) with a mask: on the layers'
+    outputs, or on W_x x_t (model.placement=input); not recurrent BN's per-step copies."""
+    steps = {id(m) for s in model.modules() if isinstance(s, cells.StepNorm) for m in [s.norm, *s.steps]}
+    return [m for m in model.modules() if isinstance(m, BatchStatistics) and getattr(m, "layout", None) == "seq"
+            and id(m) not in steps]
+
+
+def padding_shift(model: nn.Module, splits: data.Splits, cfg: Config, mixed: torch.Tensor, value: float,
+                  seed: int) -> dict[str, dict[str, float]] | None:
+    """How far padding moves a naive BN's statistics from the real tokens' (its own masked ones), for the
+    first sequence BN: per channel, |mean over every position - mean over real tokens| in units of the real
+    tokens' SD, and SD over every position / the real tokens' SD, each the median over channels; on one
+    training batch (the run's training padding, drawn by `seed`) and one test batch at heavy padding. None for a model
+    without such a norm. So a null result on padding says how large the perturbation was."""
+    bns = _sequence_batch_norms(model)
+    if not bns:
+        return None
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+    hook = bns[0].register_forward_pre_hook(lambda m, args: seen.append((args[0].detach(), args[1])))
+    v = cfg.varlen
+    gen = torch.Generator(device=splits.train_x.device).manual_seed(seed)
+    train = next(iter(train_batches(cfg)(splits.train_x, splits.train_y, cfg.batch_size, shuffle=True,
+                                         generator=gen, drop_last=True)))
+    test = next(iter(varlen.padded_batches(splits.test_x, splits.test_y, mixed, cfg.batch_size, v.heavy_pad,
+                                           drop_last=True, value=value)))
+    try:
+        with torch.no_grad(), eval_mode(model):
+            for xb, _, lengths in (train, test):
+                model(xb, lengths)
+    finally:
+        hook.remove()
+    return {name: shift_of(x, mask) for name, (x, mask) in zip(("train", "test"), seen[:2])}
+
+
+def shift_of(x: torch.Tensor, mask: torch.Tensor | None) -> dict[str, float]:
+    """(N, T, C) inputs of a sequence BN and their (N, T) mask -> the median over channels of |mean over
+    every position - mean over real tokens| / SD over real tokens, of SD over every position / SD over real
+    tokens (biased SDs, as BN's), and the share of padded positions."""
+    real = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device) if mask is None else mask
+    xf, w = x.flatten(0, 1).double(), real.flatten().double()[:, None]  # (N T, C), (N T, 1)
+    real_mean = (xf * w).sum(0) / w.sum()
+    real_sd = ((xf - real_mean).square() * w).sum(0).div(w.sum()).sqrt()
+    all_mean, all_sd = xf.mean(0), xf.var(0, unbiased=False).sqrt()
+    ok = real_sd > 0
+    return {"mean_shift_sd": float(((all_mean - real_mean).abs() / real_sd)[ok].median()),
+            "sd_ratio": float((all_sd / real_sd)[ok].median()), "padding_share": float(1 - w.mean())}

@@ -1,0 +1,266 @@
+"""Claims: hypotheses an experiment declares before it runs, tested as one family when it is summarized.
+
+    claims:                                   # in an experiment's YAML, or a file for `summarize --claims`
+      - name: GN beats BN at batch 2
+        a: {norm.name: gn, batch_size: 2}     # the runs of each side, by any config keys
+        b: {norm.name: bn, batch_size: 2}
+        expect: greater                       # greater | less | equivalent
+        margin: 0.0                           # points (x 100 for accuracies); equivalent: the bound, required
+        metric: test_acc                      # any number in results.json; a dotted path reaches into
+                                              # a dict (test_acc_by_length.42), "x - y" is a run's own
+                                              # difference; a side may set its own (a: {..., metric: ...})
+
+    results = test(parse(raw, "claims.yaml"), runs)   # summarize does this
+
+Each side's runs are paired by seed (a claim holding more than one run at a seed is not tested, with the
+keys that tell them apart). For each claim, the per-seed differences a - b give: the mean, its 95%
+t-interval and percentile-bootstrap interval, the one-sided paired t-test (greater/less than the margin)
+or TOST (equivalent within it), the exact sign-flip p of the same hypothesis, and Holm's correction over
+every claim of the summary (stats.py). The verdict:
+
+- held: the expected alternative is significant after Holm (p_holm < 0.05);
+- refuted: the opposite one (less/greater than the margin; outside +-margin for `equivalent`) is
+  significant after Holm over the same family;
+- inconclusive: neither, or fewer than two pairs. A note says when n is too small for the exact test to
+  reach 0.05 after Holm (2^-n x the family's size), so that a `held` rests on the t-test's normality.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from normbench import stats
+from normbench.config import Config, flatten, to_dict
+from normbench.errors import UserError
+from normbench.tables import Run, fmt_value
+
+ALPHA = 1 - stats.LEVEL
+VERDICTS = ("held", "refuted", "inconclusive")
+FIELDS = ("name", "a", "b", "expect", "margin", "metric")
+
+
+@dataclass(frozen=True)
+class Claim:
+    name: str
+    a: dict[str, Any]  # config key -> value (and optionally metric)
+    b: dict[str, Any]
+    expect: str  # greater | less | equivalent
+    margin: float = 0.0  # in points for accuracies (the metric's own unit otherwise)
+    metric: str = "test_acc"
+    study: str = ""  # declared by this experiment: it selects among its runs only ('' : every run)
+
+    def metric_of(self, side: dict[str, Any]) -> str:
+        return str(side.get("metric", self.metric))
+
+    @property
+    def scale(self) -> float:
+        """Accuracies are fractions shown in percent: a margin in points is margin / 100 of the metric."""
+        return 100.0 if "acc" in self.metric_of(self.a) else 1.0
+
+
+@dataclass
+class ClaimResult:
+    claim: Claim
+    n: int = 0
+    seeds: list[int] = field(default_factory=list)
+    mean_a: float | None = None
+    mean_b: float | None = None
+    estimate: float | None = None  # mean of a - b, in the metric's unit
+    ci: tuple[float, float] | None = None  # 95% t-interval of the estimate
+    bootstrap: tuple[float, float] | None = None  # 95% percentile bootstrap interval
+    p: float | None = None  # one-sided t-test or TOST of the expected alternative
+    p_holm: float | None = None
+    p_exact: float | None = None  # sign-flip test of the same alternative
+    p_refute: float | None = None  # the opposite alternative (Holm-adjusted over the family)
+    verdict: str = "inconclusive"
+    note: str = ""
+
+    def row(self) -> dict[str, Any]:
+        """The fields of summary.json's `claims` and claims.csv."""
+        c = self.claim
+        lo, hi = self.ci or (None, None)
+        blo, bhi = self.bootstrap or (None, None)
+        return {"name": c.name, "study": c.study, "a": c.a, "b": c.b, "expect": c.expect, "margin": c.margin,
+                "metric": c.metric, "n": self.n, "seeds": self.seeds, "mean_a": self.mean_a, "mean_b": self.mean_b,
+                "estimate": self.estimate, "ci_low": lo, "ci_high": hi, "bootstrap_low": blo,
+                "bootstrap_high": bhi, "p": self.p, "p_holm": self.p_holm, "p_exact": self.p_exact,
+                "p_refute_holm": self.p_refute, "verdict": self.verdict, "note": self.note}
+
+
+def _known_keys() -> set[str]:
+    return set(flatten(to_dict(Config()))) | {"metric"}
+
+
+def parse(raw: Any, source: str, study: str = "") -> list[Claim]:
+    """Claims from a YAML list (an experiment's `claims:`, or a --claims file); a UserError naming the
+    claim and the field for anything malformed."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise UserError(f"{source}: claims must be a list of claims (got {type(raw).__name__})",
+                        "write `claims:` followed by `- name: ...` items")
+    known, out, names = _known_keys(), [], set()
+    for i, item in enumerate(raw):
+        where = f"{source}: claim {i + 1}"
+        if not isinstance(item, dict):
+            raise UserError(f"{where} is not a mapping", "give each claim name, a, b and expect")
+        if unknown := set(item) - set(FIELDS) - {"study"}:
+            raise UserError(f"{where} has unknown field(s) {', '.join(sorted(unknown))}",
+                            f"use {', '.join(FIELDS)}")
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            raise UserError(f"{where} has no name", "give it `name: <what it says>`")
+        if name in names:
+            raise UserError(f"{source}: two claims are named {name!r}", "give each claim its own name")
+        names.add(name)
+        where = f"{source}: claim {name!r}"
+        for side in ("a", "b"):
+            sel = item.get(side)
+            if not isinstance(sel, dict) or not sel:
+                raise UserError(f"{where}: `{side}` must select runs by config keys",
+                                f"e.g. {side}: {{norm.name: bn, batch_size: 2}}")
+            if bad := sorted(set(sel) - known):
+                raise UserError(f"{where}: `{side}` selects on unknown key(s) {', '.join(bad)}",
+                                "use config keys as `normbench train --cfg job` prints them, dotted (norm.name)")
+        expect = item.get("expect")
+        if expect not in stats.EXPECT:
+            raise UserError(f"{where}: expect={expect!r}", f"use one of: {', '.join(stats.EXPECT)}")
+        margin = item.get("margin", None if expect == "equivalent" else 0.0)
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)):
+            raise UserError(f"{where}: margin={margin!r} is not a number",
+                            "give margin in points, e.g. margin: 1.0" + " (an equivalence claim needs one)"
+                            * (expect == "equivalent"))
+        if expect == "equivalent" and margin <= 0:
+            raise UserError(f"{where}: an equivalence claim needs a margin > 0 (got {margin})",
+                            "set margin: the largest difference, in points, that counts as equal")
+        out.append(Claim(name, dict(item["a"]), dict(item["b"]), expect, float(margin),
+                         str(item.get("metric", "test_acc")), str(item.get("study", study))))
+    return out
+
+
+def load_file(path) -> list[Claim]:
+    """A --claims file: a YAML list of claims, or a mapping with a `claims:` list."""
+    import yaml
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"--claims {path}: no such file", "give a YAML file with a list of claims")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise UserError(f"--claims {path}: not valid YAML ({str(e).splitlines()[0]})", "fix the file") from None
+    return parse(raw.get("claims") if isinstance(raw, dict) else raw, str(path))
+
+
+def declared(runs: list[Run]) -> list[Claim]:
+    """The claims the runs' experiments declared (config `claims`), each scoped to its study; the same
+    claim recorded by many runs counts once. Two different claims under one name are a UserError."""
+    seen: dict[tuple[str, str], Claim] = {}
+    for r in runs:
+        raw = r.config.get("claims")
+        if not raw:
+            continue
+        for c in parse(raw, f"the claims recorded in {r.path / 'results.json'}", r.study):
+            key = (c.study, c.name)
+            if key in seen and seen[key] != c:
+                raise UserError(f"runs of {c.study or 'this sweep'} declare two different claims named {c.name!r} "
+                                f"(they ran with different versions of the experiment's claims)",
+                                "summarize the runs of one version, or give the claims with --claims FILE")
+            seen.setdefault(key, c)
+    return list(seen.values())
+
+
+def _matches(value: Any, want: Any) -> bool:
+    if value == want:
+        return True
+    return fmt_value(value) == fmt_value(want) or str(value) == str(want)
+
+
+def _metric(results: dict[str, Any], path: str) -> float | None:
+    """A number of results.json by its dotted path (test_acc_by_length.42), or the difference of two
+    ('test_acc_by_length.42 - test_acc_by_length.28': a run's own drop); None where one is missing."""
+    if " - " in path:
+        x, y = (_metric(results, part.strip()) for part in path.split(" - ", 1))
+        return None if x is None or y is None else x - y
+    node: Any = results
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return float(node) if isinstance(node, (int, float)) and not isinstance(node, bool) else None
+
+
+def _side(claim: Claim, side: dict[str, Any], runs: list[Run]) -> tuple[dict[int, float], str]:
+    """seed -> the metric of the one matching run at that seed; and a note when a seed holds several runs."""
+    keys = {k: v for k, v in side.items() if k != "metric"}
+    metric = claim.metric_of(side)
+    by_seed: dict[int, list[Run]] = {}
+    for r in runs:
+        if r.status != "completed" or (claim.study and r.study != claim.study):
+            continue
+        if all(_matches(r.config.get(k), v) for k, v in keys.items()):
+            by_seed.setdefault(int(r.config.get("seed", 0)), []).append(r)
+    values, note = {}, ""
+    for seed, group in sorted(by_seed.items()):
+        if len(group) > 1:
+            differ = sorted(k for k in group[0].config if k not in ("claims",) and
+                            len({fmt_value(g.config.get(k)) for g in group}) > 1)
+            note = (f"{len(group)} runs match at seed {seed} (they differ in {', '.join(differ) or 'nothing'}): "
+                    f"add those keys to the selector" + (", or summarize with --select lr" if "lr" in differ else ""))
+            return {}, note
+        v = _metric(group[0].results, metric)
+        if v is not None:
+            values[seed] = v
+    return values, note
+
+
+def _one(claim: Claim, runs: list[Run]) -> ClaimResult:
+    res = ClaimResult(claim)
+    xa, note_a = _side(claim, claim.a, runs)
+    xb, note_b = _side(claim, claim.b, runs)
+    if note_a or note_b:
+        res.note = "; ".join(f"{s}: {n}" for s, n in (("a", note_a), ("b", note_b)) if n)
+        return res
+    res.seeds = sorted(set(xa) & set(xb))
+    res.n = len(res.seeds)
+    if not res.n:
+        res.note = ("no runs match " + " and ".join(s for s, x in (("a", xa), ("b", xb)) if not x)) \
+            if not (xa and xb) else "a and b share no seed"
+        return res
+    a, b = [xa[s] for s in res.seeds], [xb[s] for s in res.seeds]
+    d = [x - y for x, y in zip(a, b)]
+    margin = claim.margin / claim.scale
+    res.mean_a, res.mean_b, res.estimate = statistics.fmean(a), statistics.fmean(b), statistics.fmean(d)
+    res.ci, res.bootstrap = stats.t_interval(d), stats.bootstrap_interval(d)
+    res.p = stats.t_test(d, claim.expect, margin)
+    res.p_exact = stats.sign_flip(d, claim.expect, margin)
+    against = [p for e, m in stats.opposite(claim.expect, margin) if (p := stats.t_test(d, e, m)) is not None]
+    if against:  # for `equivalent` either side refutes: Bonferroni over the two
+        res.p_refute = min(1.0, len(against) * min(against))
+    if res.n < 2:
+        res.note = "one pair: no test"
+    return res
+
+
+def test(claims: list[Claim], runs: list[Run]) -> list[ClaimResult]:
+    """Every claim tested on `runs`, Holm-corrected over the family, with its verdict."""
+    results = [_one(c, runs) for c in claims]
+    for r, p in zip(results, stats.holm([r.p for r in results])):
+        r.p_holm = p
+    for r, p in zip(results, stats.holm([r.p_refute for r in results])):
+        r.p_refute = p
+    family = sum(r.p is not None for r in results)
+    for r in results:
+        if r.p_holm is not None and r.p_holm < ALPHA:
+            r.verdict = "held"
+        elif r.p_refute is not None and r.p_refute < ALPHA:
+            r.verdict = "refuted"
+        if r.n >= 2 and 2.0 ** -r.n * family >= ALPHA:
+            smallest = f"{2.0 ** -r.n:.3g}" + (f" x {family} claims (Holm)" if family > 1 else "")
+            r.note = "; ".join(filter(None, [r.note, f"the exact test cannot reach {ALPHA:.2g} at n = {r.n} (its "
+                                                      f"smallest p is {smallest}): a verdict rests on the t-test's "
+                                                      f"normality"]))
+    return results

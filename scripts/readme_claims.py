@@ -1,0 +1,128 @@
+"""The README's claims table, generated: the shipped experiments' declared claims with the verdicts of the
+run checked into docs/results/ (its summary.json, with the git sha, command and wall time in run.json).
+
+    python scripts/readme_claims.py --record outputs/reproduce   # after scripts/reproduce.sh: check the run in
+    python scripts/readme_claims.py                              # rewrite the README's section from it
+    python scripts/readme_claims.py --check                      # exit 1 if the README disagrees (a test runs it)
+
+The section sits between the README's `<!-- claims:begin -->` and `<!-- claims:end -->` lines. Each claim of
+normbench/configs/experiment/*.yaml is one row; a claim the checked-in run does not hold (a study not yet
+run at its current design) says so instead of a verdict. Numbers are copied from summary.json, never
+computed here: summarize tested them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENTS = REPO / "normbench" / "configs" / "experiment"
+RESULTS = REPO / "docs" / "results"
+README = REPO / "README.md"
+BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
+
+
+def declared() -> list[tuple[str, dict]]:
+    """(study, claim) for every claim the shipped experiments declare, in file order."""
+    out = []
+    for path in sorted(EXPERIMENTS.glob("*.yaml")):
+        for claim in yaml.safe_load(path.read_text()).get("claims") or []:
+            out.append((path.stem, claim))
+    return out
+
+
+def _pts(v: float | None, scale: float) -> str:
+    return "" if v is None else f"{scale * v:+.1f}"
+
+
+def _hypothesis(c: dict) -> str:
+    m = f"{float(c.get('margin', 0.0)):g}"
+    expect = c["expect"]
+    return f"\\|a − b\\| < {m}" if expect == "equivalent" else f"a − b {'>' if expect == 'greater' else '<'} {m}"
+
+
+def section(results: Path = RESULTS) -> str:
+    """The README section's text (without its marker lines)."""
+    summary = results / "summary.json"
+    tested = {}
+    if summary.exists():
+        tested = {(c["study"], c["name"]): c for c in json.loads(summary.read_text())["claims"]}
+    run = json.loads((results / "run.json").read_text()) if (results / "run.json").exists() else None
+    lines = []
+    if run:
+        lines += [f"Verdicts from `{run['command']}` at git {run['git_sha']} ({run['date']}, {run['wall_s']:,} s on "
+                  f"{run['cores']} cores), summarized as one family (Holm over all {len(tested)} claims) into "
+                  f"[docs/results/summary.json](docs/results/summary.json). Points: a − b in percentage points, "
+                  f"mean [95% t-interval] over the pairs (seeds).", ""]
+    else:
+        lines += ["No run of the current study designs is checked in yet (docs/results/): the claims below are "
+                  "declared, not yet tested.", ""]
+    lines += ["| study | claim | hypothesis (points) | pairs | a − b [95% CI] | p (Holm) | p (exact) | verdict |",
+              "|---|---|---|---|---|---|---|---|"]
+    for study, c in declared():
+        t = tested.get((study, c["name"]))
+        if t is None:
+            lines.append(f"| {study} | {c['name']} | {_hypothesis(c)} | | | | | not in the checked-in run |")
+            continue
+        scale = 100.0 if "acc" in str(c["a"].get("metric", c.get("metric", "test_acc"))) else 1.0
+        ci = f" [{_pts(t['ci_low'], scale)}, {_pts(t['ci_high'], scale)}]" if t["ci_low"] is not None else ""
+        p = lambda v: "" if v is None else f"{v:.2g}"  # noqa: E731
+        lines.append(f"| {study} | {c['name']} | {_hypothesis(c)} | {t['n']} | {_pts(t['estimate'], scale)}{ci} | "
+                     f"{p(t['p_holm'])} | {p(t['p_exact'])} | **{t['verdict']}** |")
+    return "\n".join(lines)
+
+
+def current(readme: str) -> str:
+    if BEGIN not in readme or END not in readme:
+        raise SystemExit(f"readme_claims.py: README.md has no {BEGIN} ... {END} section")
+    return readme[readme.index(BEGIN) + len(BEGIN):readme.index(END)].strip("\n")
+
+
+def record(out: Path) -> None:
+    """Check the reproduce run in `out` into docs/results/: its joint summary.json and claims.csv, and
+    run.json (git sha, command, date, wall time from out/timing.txt)."""
+    src = out / "summary"
+    if not (src / "summary.json").exists():
+        raise SystemExit(f"readme_claims.py: no {src / 'summary.json'}; run scripts/reproduce.sh first")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for name in ("summary.json", "claims.csv", "summary.md"):
+        shutil.copy(src / name, RESULTS / name)
+    timing = (out / "timing.txt").read_text().splitlines()
+    total = next(line for line in timing if line.startswith("total:"))
+    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout
+    run = {"command": (out / "command.txt").read_text().strip() if (out / "command.txt").exists()
+           else "scripts/reproduce.sh", "git_sha": sha.strip(), "date": (out / "date.txt").read_text().strip()
+           if (out / "date.txt").exists() else "", "wall_s": int(total.split()[1]),
+           "cores": int(total.split(" on ")[1].split()[0]), "timing": timing}
+    (RESULTS / "run.json").write_text(json.dumps(run, indent=2) + "\n")
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="exit 1 if the README's section is not what it would write")
+    p.add_argument("--record", type=Path, metavar="OUT", help="check the reproduce run in OUT into docs/results/")
+    args = p.parse_args(argv)
+    if args.record:
+        record(args.record)
+    readme = README.read_text()
+    want = section()
+    if args.check:
+        if current(readme) != want:
+            print("readme_claims.py: README.md's claims section differs from docs/results/ and the experiments' "
+                  "claims; run python scripts/readme_claims.py", file=sys.stderr)
+            return 1
+        return 0
+    head, tail = readme[:readme.index(BEGIN) + len(BEGIN)], readme[readme.index(END):]
+    README.write_text(f"{head}\n{want}\n{tail}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,239 @@
+"""Declared claims (normbench/claims.py) and the statistics they are tested with (normbench/stats.py): each
+statistic against a published or independently computed value, the family's Holm correction by hand, the
+exact sign-flip test by enumeration, and `normbench summarize --claims` end to end."""
+
+import csv
+import itertools
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from conftest import REPO, normbench_cli
+from scipy import stats as scipy_stats
+from test_summarize import write_run
+
+from normbench import claims, stats
+from normbench.errors import UserError
+from normbench.runs import find_runs
+from normbench.summarize import compute
+
+# Student's sleep data (Cushny & Peebles 1905), R's `sleep`: extra hours of sleep under two drugs, 10 patients.
+SLEEP_1 = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0]
+SLEEP_2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4]
+SLEEP_D = [a - b for a, b in zip(SLEEP_1, SLEEP_2)]
+
+
+def test_one_sided_t_matches_r():
+    """Reference: R's t.test(extra ~ group, data = sleep, paired = TRUE): t = -4.0621, df = 9, two-sided
+    p = 0.002833, 95% CI [-2.4598858, -0.7001142]; the one-sided p (alternative = "less") is half of it."""
+    assert stats.t_test(SLEEP_D, "less") == pytest.approx(0.002833 / 2, rel=1e-3)
+    assert stats.t_test(SLEEP_D, "greater") == pytest.approx(1 - 0.002833 / 2, rel=1e-5)
+    lo, hi = stats.t_interval(SLEEP_D)
+    assert (lo, hi) == pytest.approx((-2.4598858, -0.7001142), abs=1e-6)
+
+
+@pytest.mark.parametrize("margin", [0.5, 1.0, 2.0, 3.0])
+def test_margins_and_tost_match_scipy(margin):
+    """Reference: scipy.stats.ttest_1samp with a one-sided alternative (an independent implementation):
+    a margin shifts the null mean; TOST is the larger p of the two one-sided tests at -margin and +margin
+    (Schuirmann 1987)."""
+    d = SLEEP_D
+    greater = scipy_stats.ttest_1samp(d, -margin, alternative="greater").pvalue
+    less = scipy_stats.ttest_1samp(d, margin, alternative="less").pvalue
+    assert stats.t_test(d, "greater", -margin) == pytest.approx(greater, rel=1e-9)
+    assert stats.t_test(d, "less", margin) == pytest.approx(less, rel=1e-9)
+    assert stats.t_test(d, "equivalent", margin) == pytest.approx(max(greater, less), rel=1e-9)
+
+
+def test_tost_by_hand():
+    """Reference: the TOST statistics written out: mean -1.58, se = sd / sqrt(10) = 0.38896; at margin 3,
+    t1 = (-1.58 + 3) / se = 3.6507 (p1 = P(T9 > t1)), t2 = (-1.58 - 3) / se = -11.775; p = max(p1, p2)."""
+    se = statistics.stdev(SLEEP_D) / 10 ** 0.5
+    assert se == pytest.approx(0.38896, abs=1e-5)
+    t1 = (statistics.fmean(SLEEP_D) + 3) / se
+    assert t1 == pytest.approx(3.6507, abs=1e-3)
+    assert stats.t_test(SLEEP_D, "equivalent", 3.0) == pytest.approx(scipy_stats.t.sf(t1, 9), rel=1e-9)
+
+
+def _enumerate(d, expect, margin=0.0):
+    """The sign-flip p written the long way: every sign pattern, counted."""
+    x = [v - margin for v in d]
+    if expect == "less":
+        x = [-v for v in x]
+    observed = sum(x)
+    patterns = list(itertools.product((1, -1), repeat=len(x)))
+    return sum(sum(s * v for s, v in zip(signs, x)) >= observed - 1e-12 for signs in patterns) / len(patterns)
+
+
+def test_sign_flip_exact_by_enumeration():
+    """Reference: the sign patterns counted by hand and by itertools. [1, -2, 3]: sums of +-1 +-2 +-3 are
+    6, 0, 2, -4, 4, -2, 0, -6; three are >= the observed 2, p = 3/8. Five positive values: only the observed
+    pattern reaches the observed sum, p = 1/32, the smallest p n = 5 allows."""
+    assert stats.sign_flip([1, -2, 3], "greater") == 3 / 8
+    assert stats.sign_flip([0.1, 0.2, 0.3, 0.4, 0.5], "greater") == 1 / 32
+    for d, expect, margin in ((SLEEP_D, "less", 0.0), (SLEEP_D, "greater", -2.0), (SLEEP_D[:7], "less", 0.5),
+                              ([0.3, -0.1, 0.2, 0.25, 0.05, -0.02], "greater", 0.1)):
+        assert stats.sign_flip(d, expect, margin) == pytest.approx(_enumerate(d, expect, margin), abs=1e-12)
+    assert stats.sign_flip(SLEEP_D, "equivalent", 3.0) == max(_enumerate(SLEEP_D, "greater", -3.0),
+                                                            _enumerate(SLEEP_D, "less", 3.0))
+
+
+def test_bootstrap_interval_matches_scipy():
+    """Reference: scipy.stats.bootstrap(method="percentile") on the same data (its own resampling): the
+    two percentile intervals agree to within Monte-Carlo error (10,000 resamples each)."""
+    ours = stats.bootstrap_interval(SLEEP_D)
+    theirs = scipy_stats.bootstrap((np.array(SLEEP_D),), np.mean, method="percentile", n_resamples=10_000,
+                                   random_state=1).confidence_interval
+    sd_mean = statistics.stdev(SLEEP_D) / 10 ** 0.5
+    assert ours[0] == pytest.approx(theirs.low, abs=0.1 * sd_mean)
+    assert ours[1] == pytest.approx(theirs.high, abs=0.1 * sd_mean)
+    assert stats.bootstrap_interval([0.2, 0.2, 0.2]) == (pytest.approx(0.2), pytest.approx(0.2))
+
+
+def claim_sweep(root: Path, study: str = "") -> None:
+    """bn, gn, ln at batch 2 over 5 seeds: gn ~10 points above bn in every seed, ln within noise of gn."""
+    noise = [0.004, -0.006, 0.002, 0.007, -0.003]
+    overrides = [f"experiment={study}"] if study else None
+    for seed, e in enumerate(noise):
+        write_run(root, f"bn_{seed}", norm="bn", bs=2, seed=seed, test_acc=0.70 + e, overrides=overrides)
+        write_run(root, f"gn_{seed}", norm="gn", bs=2, seed=seed, test_acc=0.80 + e / 2, overrides=overrides)
+        write_run(root, f"ln_{seed}", norm="ln", bs=2, seed=seed, test_acc=0.80 - e / 3 + 0.001, overrides=overrides)
+
+
+CLAIMS = [
+    {"name": "GN beats BN", "a": {"norm.name": "gn", "batch_size": 2}, "b": {"norm.name": "bn"}, "expect": "greater"},
+    {"name": "BN beats GN", "a": {"norm.name": "bn"}, "b": {"norm.name": "gn"}, "expect": "greater"},
+    {"name": "LN beats GN", "a": {"norm.name": "ln"}, "b": {"norm.name": "gn"}, "expect": "greater"},
+    {"name": "LN equals GN within 2", "a": {"norm.name": "ln"}, "b": {"norm.name": "gn"}, "expect": "equivalent",
+     "margin": 2.0},
+]
+
+
+def test_summarize_claims_end_to_end(tmp_path):
+    """Reference: the hand-made sweep (gn − bn = +10 points, the same sign in every seed; ln ≈ gn): `held`
+    for the true direction, `refuted` for the reverse, `inconclusive` for a difference within the noise,
+    `held` for equivalence within 2 points; p_holm is Holm by hand over the four one-sided p's; the claims
+    print before the tables; summary.json and claims.csv hold every field."""
+    claim_sweep(tmp_path / "sweep")
+    (tmp_path / "claims.yaml").write_text(yaml.safe_dump(CLAIMS))
+    r = normbench_cli("summarize", str(tmp_path / "sweep"), "--no-plots", "--claims", str(tmp_path / "claims.yaml"),
+                      cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.index("claims") < r.stdout.index("tables") < r.stdout.index("1. fashion_mnist")
+    got = json.loads((tmp_path / "sweep" / "summary.json").read_text())["claims"]
+    assert [c["verdict"] for c in got] == ["held", "refuted", "inconclusive", "held"]
+    fields = {"name", "a", "b", "n", "estimate", "ci_low", "ci_high", "p", "p_holm", "p_exact", "verdict"}
+    assert fields <= set(got[0])
+    ps = [c["p"] for c in got]  # Holm by hand: sorted p's times 4, 3, 2, 1, kept monotone, capped at 1
+    order = sorted(range(4), key=lambda i: ps[i])
+    expected, running = [None] * 4, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (4 - rank) * ps[i]))
+        expected[i] = running
+    assert [c["p_holm"] for c in got] == pytest.approx(expected, rel=1e-12)
+    d = [0.80 + e / 2 - 0.70 - e for e in [0.004, -0.006, 0.002, 0.007, -0.003]]
+    assert got[0]["n"] == 5 and got[0]["estimate"] == pytest.approx(statistics.fmean(d), rel=1e-12)
+    assert got[0]["p"] == pytest.approx(scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue, rel=1e-9)
+    assert got[0]["p_exact"] == 1 / 32
+    assert "the exact test cannot reach 0.05 at n = 5" in got[0]["note"]
+    rows = list(csv.DictReader((tmp_path / "sweep" / "claims.csv").open()))
+    assert [row["verdict"] for row in rows] == ["held", "refuted", "inconclusive", "held"]
+
+
+def test_declared_claims_are_scoped_to_their_study(tmp_path):
+    """Reference: the runs' recorded `claims` (as an experiment records them): a claim declared by
+    small_batch's runs selects only among small_batch's runs, though another study has the same norms."""
+    claim_sweep(tmp_path / "a", study="small_batch")
+    claim_sweep(tmp_path / "b", study="ghost_batch")
+    for results in (tmp_path / "a").rglob("results.json"):
+        data = json.loads(results.read_text())
+        data["config"]["claims"] = CLAIMS[:1]
+        results.write_text(json.dumps(data))
+    s = compute(tmp_path)
+    assert [(r.claim.name, r.claim.study, r.n) for r in s.claims] == [("GN beats BN", "small_batch", 5)]
+    assert s.claims[0].verdict == "held"
+
+
+def test_ambiguous_selector_is_named_not_tested(tmp_path):
+    """Reference: two runs at each seed match `norm.name: bn` (they differ in lr): the claim is not tested,
+    and its note names the key that tells them apart and --select lr."""
+    for seed in range(3):
+        for lr in (0.01, 0.03):
+            write_run(tmp_path, f"bn_{lr}_{seed}", norm="bn", seed=seed, config={"lr": lr}, test_acc=0.8, val_acc=0.8)
+            write_run(tmp_path, f"gn_{lr}_{seed}", norm="gn", seed=seed, config={"lr": lr}, test_acc=0.8, val_acc=0.8)
+    result = claims.test(claims.parse(CLAIMS[1:2], "test"), find_runs(tmp_path))[0]
+    assert result.verdict == "inconclusive" and result.n == 0
+    assert "differ in lr" in result.note and "--select lr" in result.note
+    selected = compute(tmp_path, select="lr", claims_file=None)
+    assert selected.claims == []  # nothing declared by these runs
+
+
+@pytest.mark.parametrize("raw, message", [
+    ([{"name": "x", "a": {"norm.nme": "gn"}, "b": {"norm.name": "bn"}, "expect": "greater"}], "unknown key(s) norm.nme"),
+    ([{"name": "x", "a": {"norm.name": "gn"}, "b": {"norm.name": "bn"}, "expect": "bigger"}], "expect='bigger'"),
+    ([{"name": "x", "a": {"norm.name": "gn"}, "b": {"norm.name": "bn"}, "expect": "equivalent"}], "not a number"),
+    ([{"name": "x", "a": {"norm.name": "gn"}, "expect": "greater"}], "`b` must select runs"),
+    ({"name": "x"}, "must be a list"),
+])
+def test_malformed_claims_are_one_line_errors(raw, message):
+    """Reference: normbench's user errors: the claim and the field at fault, with how to fix it."""
+    with pytest.raises(UserError) as e:
+        claims.parse(raw, "claims.yaml")
+    assert message in str(e.value)
+
+
+def test_bad_claims_file_exits_2_with_one_line(tmp_path):
+    claim_sweep(tmp_path / "sweep")
+    (tmp_path / "claims.yaml").write_text("- name: x\n  a: {norm.name: gn}\n  b: {norm.name: bn}\n  expect: up\n")
+    r = normbench_cli("summarize", str(tmp_path / "sweep"), "--no-plots", "--claims", str(tmp_path / "claims.yaml"),
+                      cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "expect='up'" in r.stderr
+
+
+def test_shipped_experiments_declare_valid_claims():
+    """Reference: the config schema (claims.parse refuses unknown keys, expectations and missing margins):
+    every shipped study declares claims, each one valid, and each side names the norm it selects."""
+    for name in ("small_batch", "ghost_batch", "variable_length"):
+        raw = yaml.safe_load((REPO / "normbench" / "configs" / "experiment" / f"{name}.yaml").read_text())["claims"]
+        parsed = claims.parse(raw, name, name)
+        assert len(parsed) >= 5
+        assert all("norm.name" in c.a and "norm.name" in c.b for c in parsed)
+
+
+def test_metric_difference_is_each_runs_own():
+    """Reference: the arithmetic: 'x - y' on one results.json is that run's x minus its y."""
+    res = {"test_acc_by_length": {"28": 0.7, "42": 0.55}}
+    assert claims._metric(res, "test_acc_by_length.42 - test_acc_by_length.28") == pytest.approx(-0.15)
+    assert claims._metric(res, "test_acc_by_length.36") is None
+
+
+def test_readme_claims_section_is_generated():
+    """Reference: scripts/readme_claims.py's own output: the README's claims section is exactly what it
+    writes from the experiments' declared claims and the run checked into docs/results/."""
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "readme_claims.py"), "--check"], capture_output=True,
+                       text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+
+
+def test_readme_claims_copy_the_checked_in_verdicts(tmp_path):
+    """Reference: a summary.json written by `summarize --claims` on the hand-made sweep: the section quotes
+    its estimate, interval, Holm p and verdict for the claim of the same study and name, and marks the
+    declared claims the run does not hold."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import readme_claims
+
+    name = readme_claims.declared()[0]
+    claim_sweep(tmp_path / "sweep", study=name[0])
+    (tmp_path / "claims.yaml").write_text(yaml.safe_dump([{**name[1], "study": name[0], "a": {"norm.name": "gn"},
+                                                            "b": {"norm.name": "bn"}, "expect": "greater"}]))
+    s = compute(tmp_path / "sweep", claims_file=tmp_path / "claims.yaml")
+    (tmp_path / "summary.json").write_text(json.dumps({"claims": [r.row() for r in s.claims]}))
+    text = readme_claims.section(tmp_path)
+    row = next(line for line in text.splitlines() if name[1]["name"] in line)
+    assert f"| {s.claims[0].n} | +{100 * s.claims[0].estimate:.1f} [" in row and "**held**" in row
+    assert text.count("not in the checked-in run") == len(readme_claims.declared()) - 1

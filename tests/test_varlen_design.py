@@ -1,0 +1,179 @@
+"""The variable-length regime's two designs (configs/varlen_design/): bucketed batching and the per-step
+sample counts, the PreciseBN control, background rows, varying padding, BN on W_x x_t and the padding shift;
+each against a hand computation or torch's own layers."""
+
+import copy
+import statistics
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from normbench import cells, data, models, norms, precise_bn
+from normbench.config import ModelConfig, VarLenConfig
+from normbench.data import varlen
+from normbench.engine import evaluate
+from normbench.studies import variable_length
+
+
+def test_bucket_lengths_give_equal_shares():
+    """Reference: the rule by hand: at batch 64 and min_step_samples 32 a bucket spans 2 lengths, 32
+    samples each; at batch 60 and 16, 3 lengths of 20; the bucket lies inside [min_len, max_len]."""
+    cfg = VarLenConfig(enabled=True, batching="bucketed", min_step_samples=32)
+    assert varlen.bucket_width(cfg, 64) == 2 and varlen.bucket_width(replace(cfg, min_step_samples=16), 60) == 3
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        lengths = varlen.bucket_lengths(60, 10, 28, 3, gen)
+        first = int(lengths.min())
+        assert 10 <= first and first + 2 <= 28
+        assert sorted(torch.bincount(lengths - first).tolist()) == [20, 20, 20]
+
+
+def test_bucketed_training_gives_every_step_32_samples():
+    """Reference: the design's promise, counted by the per-step norms themselves: recurrent BN trained on
+    bucketed batches of 64 records at least 32 real samples per batch at every trained step, where mixed
+    batching leaves the last step a few (the statistics the review found worst estimated)."""
+    x = torch.randn(640, 1, 28, 28)
+    y = torch.randint(0, 10, (640,))
+    counts = {}
+    for batching in ("bucketed", "mixed"):
+        torch.manual_seed(0)
+        net = models.create(ModelConfig(name="rnn", hidden=8, placement="recurrent"), norms.factory("bn"),
+                            (1, 28, 28), 10).train()
+        batch_fn = varlen.train_batches(VarLenConfig(enabled=True, batching=batching))
+        for xb, _, lengths in batch_fn(x, y, 64, shuffle=True, generator=torch.Generator().manual_seed(1)):
+            net(xb, lengths)
+        counts[batching] = cells.step_samples(net)
+    bucketed, mixed = counts["bucketed"], counts["mixed"]
+    assert bucketed["summary"]["min"] >= 32 and min(bucketed["min"]) >= 32
+    assert mixed["summary"]["last_min"] < 32
+    assert bucketed["summary"]["median"] == pytest.approx(statistics.median(bucketed["mean"]))
+
+
+def test_step_counts_by_hand():
+    """Reference: counted by hand for three batches of 4 with lengths (3, 2, 2, 1), (3, 3, 3, 3), (1, 1, 1, 1):
+    step 0 sees 4 samples in each, step 1 3 and 4 (the third batch does not reach it), step 2 1 and 4."""
+    net = models.create(ModelConfig(name="rnn", hidden=4, placement="recurrent"), norms.factory("bn"),
+                        (1, 3, 5), 10).train()
+    for lengths in ([3, 2, 2, 1], [3, 3, 3, 3], [1, 1, 1, 1]):
+        net(torch.randn(4, 1, 3, 5), torch.tensor(lengths))
+    got = cells.step_samples(net)
+    assert got["min"] == [4, 3, 1] and got["mean"] == [4.0, 3.5, 2.5]
+    assert got["summary"] == {"min": 1, "median": 3.5, "last": 2.5, "last_min": 1}
+
+
+def test_background_rows_keep_the_image():
+    """Reference: the manipulation's definition: past the image's 28 rows the rows are the background
+    value; the first 28 are the image itself; shorter lengths are the stretched (squeezed) image."""
+    x = torch.randn(3, 1, 28, 28)
+    (long, _, lengths), = varlen.background_rows(36, -0.8)(x, torch.zeros(3), 3)
+    assert long.shape == (3, 1, 36, 28) and torch.equal(long[:, :, :28], x) and (long[:, :, 28:] == -0.8).all()
+    assert lengths.tolist() == [36, 36, 36]
+    (short, _, _), = varlen.background_rows(20, -0.8)(x, torch.zeros(3), 3)
+    torch.testing.assert_close(short, varlen.resize_rows(x, 20))
+
+
+def test_training_padding_varies_and_holds_the_background():
+    """Reference: the batches themselves: with train_pad_max each batch's total length is its longest
+    times a factor in [train_pad, train_pad_max] (several distinct factors over an epoch), and padded rows
+    hold the normalized background (the data's minimum) with pad_value=background."""
+    x = torch.rand(256, 1, 28, 28) - 0.3
+    cfg = VarLenConfig(enabled=True, train_pad=1.0, train_pad_max=2.0, pad_value="background")
+    factors = []
+    for xb, _, lengths in varlen.train_batches(cfg)(x, torch.zeros(256), 32, shuffle=True,
+                                                      generator=torch.Generator().manual_seed(0)):
+        longest = int(lengths.max())
+        assert longest <= xb.shape[2] <= 2 * longest + 1
+        factors.append(xb.shape[2] / longest)
+        padded = torch.arange(xb.shape[2])[None, :] >= lengths[:, None]
+        assert (xb[:, 0][padded] == float(x.amin())).all()
+    assert len(set(factors)) > 3
+
+
+def test_bn_on_wx_sees_padding_undiluted():
+    """Reference: torch's BatchNorm1d on W_x x_t flattened over (N, T), padding included (naive), against
+    model.placement=input's norm in the layer; masked BN's statistics over the real rows only."""
+    torch.manual_seed(0)
+    for masked in (False, True):
+        make = norms.factory("bn", masked=masked)
+        layer = cells.recurrent_layer("rnn", 5, 6, make, placement="input").train()
+        seq = torch.randn(4, 7, 5)
+        mask = torch.arange(7) < torch.tensor([7, 3, 5, 2])[:, None]
+        seen = []
+        layer.norm_in.register_forward_hook(lambda m, args, out: seen.append(out))
+        layer(seq, mask)
+        wx = layer.ih(seq)  # (N, T, 6), no bias: BN's shift replaces it
+        rows = wx[mask] if masked else wx.flatten(0, 1)
+        mean, var = rows.mean(0), rows.var(0, unbiased=False)
+        want = (wx - mean) / torch.sqrt(var + 1e-5) * layer.norm_in.weight + layer.norm_in.bias
+        got = seen[0]
+        torch.testing.assert_close(got[mask] if masked else got, want[mask] if masked else want, rtol=1e-5, atol=1e-5)
+
+
+def test_padding_shift_by_hand():
+    """Reference: numpy-free arithmetic in float64: one channel whose real values are 1, 2, 3 (mean 2, SD
+    sqrt(2/3)) and three padded zeros: the mean over all six is 1, a shift of 1 / sqrt(2/3) = 1.2247 SD;
+    the SD over all six is sqrt(14/6 - 1) = 1.1547, a ratio of 1.4142; half the positions are padding."""
+    x = torch.tensor([[1.0, 2.0, 3.0, 0.0, 0.0, 0.0]]).unsqueeze(-1)
+    mask = torch.tensor([[True, True, True, False, False, False]])
+    got = variable_length.shift_of(x, mask)
+    assert got["mean_shift_sd"] == pytest.approx(1 / (2 / 3) ** 0.5)
+    assert got["sd_ratio"] == pytest.approx((14 / 6 - 1) ** 0.5 / (2 / 3) ** 0.5)
+    assert got["padding_share"] == pytest.approx(0.5)
+
+
+def test_precise_bn_control_keeps_the_trained_steps(tiny_cfg):
+    """Reference: the control's definition: after re-estimating on images stretched to L, the steps before
+    max_len hold exactly the trained statistics (the model before PreciseBN) and the steps past it the
+    re-estimated ones (the full PreciseBN's); at L = max_len nothing is re-estimated, so the accuracy is the
+    plain test at that length."""
+    vl = VarLenConfig(enabled=True, min_len=6, max_len=10, test_lengths=[10, 14], batching="bucketed",
+                      min_step_samples=5)
+    cfg = replace(tiny_cfg, model=ModelConfig(name="rnn", hidden=16, placement="recurrent"), varlen=vl,
+                  batch_size=10)
+    splits = data.load(cfg.data, torch.device("cpu"))
+    torch.manual_seed(0)
+    net = models.create(cfg.model, norms.factory("bn"), splits.shape, 10).train()
+    for x, y, lengths in variable_length.train_batches(cfg)(splits.train_x, splits.train_y, 10, shuffle=True,
+                                                            generator=torch.Generator().manual_seed(0)):
+        net(x, lengths)
+    net.eval()
+    full = copy.deepcopy(net)
+    from normbench.studies import small_batch
+
+    batches = small_batch.precise_batches(full, splits, cfg, varlen.fixed_length(14))
+    precise_bn.recompute_statistics(full, batches, small_batch.PRECISE_SAMPLES, steps=14)
+    control = copy.deepcopy(full)
+    cells.restore_steps(control, net, 10)
+    for c, f, trained in zip(*[[m for m in model.modules() if isinstance(m, cells.StepNorm) and m.per_step]
+                               for model in (control, full, net)]):
+        steps_c, steps_f, steps_t = [c.norm, *c.steps], [f.norm, *f.steps], [trained.norm, *trained.steps]
+        for t in range(14):
+            want = steps_t[t] if t < 10 else steps_f[t]
+            assert torch.equal(steps_c[t].running_mean, want.running_mean), t
+    at_max = variable_length.stretched_precise_bn(net, splits, cfg, 10, keep_below=10)
+    plain = evaluate(net, varlen.length_batches(splits.test_x, splits.test_y, 10, cfg.eval_batch_size))[1]
+    assert at_max == plain
+
+
+def test_first_layer_grad_ratio_by_hand(tiny_cfg, tmp_path):
+    """Reference: the ratio computed by hand for the run's first step: the same model (seed 0), the first
+    training batch (the run's shuffle generator), cross-entropy, ||dL/dW|| / ||W|| of the first linear
+    layer; results.json's first_layer_grad_ratio, train_s and eval_s (the sum of eval_passes)."""
+    import json
+
+    from normbench.runner import run
+
+    run(replace(tiny_cfg, max_steps=2), tmp_path)
+    res = json.loads((tmp_path / "results.json").read_text())
+    splits = data.load(tiny_cfg.data, torch.device("cpu"))
+    torch.manual_seed(tiny_cfg.seed)
+    net = models.create(tiny_cfg.model, norms.factory("bn"), splits.shape, 10).train()
+    x, y, _ = next(iter(data.batches(splits.train_x, splits.train_y, tiny_cfg.batch_size, shuffle=True,
+                                     generator=torch.Generator().manual_seed(tiny_cfg.seed), drop_last=True)))
+    F.cross_entropy(net(x), y).backward()
+    w = net.net[1].weight
+    assert res["first_layer_grad_ratio"] == pytest.approx(float(w.grad.norm() / w.detach().norm()), rel=1e-5)
+    assert res["train_s"] > 0 and res["eval_s"] == pytest.approx(sum(res["eval_passes"].values()))
+    assert {"validation", "test", "test_acc_train_mode", "test_acc_precise_bn"} <= set(res["eval_passes"])
