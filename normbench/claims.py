@@ -16,17 +16,20 @@ Each side's runs are paired by seed (a claim holding more than one run at a seed
 keys that tell them apart). For each claim, the per-seed differences a - b give: the mean, its 95%
 t-interval and percentile-bootstrap interval, the one-sided paired t-test (greater/less than the margin)
 or TOST (equivalent within it), the exact sign-flip p of the same hypothesis, and Holm's correction over
-every claim of the summary (stats.py). The verdict:
+the summary's declared claims (stats.py). A run of a side that diverged or failed leaves its seed out of
+the pairs, and the note says so. The verdict:
 
 - held: the expected alternative is significant after Holm (p_holm < 0.05);
 - refuted: the opposite one (less/greater than the margin; outside +-margin for `equivalent`) is
-  significant after Holm over the same family;
+  significant after Holm; the family is every declared claim's two hypotheses (2 m p-values), so no
+  verdict of either kind is wrong with probability above 0.05, whatever ran;
 - inconclusive: neither, or fewer than two pairs. A note says when n is too small for the exact test to
   reach 0.05 after Holm (2^-n x the family's size), so that a `held` rests on the t-test's normality.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +39,7 @@ from normbench.config import Config, flatten, to_dict
 from normbench.errors import UserError
 from normbench.tables import Run, fmt_value
 
-ALPHA = 1 - stats.LEVEL
+ALPHA = round(1 - stats.LEVEL, 12)  # 0.05, not 0.050000000000000044
 VERDICTS = ("held", "refuted", "inconclusive")
 FIELDS = ("name", "a", "b", "expect", "margin", "metric")
 
@@ -71,9 +74,10 @@ class ClaimResult:
     ci: tuple[float, float] | None = None  # 95% t-interval of the estimate
     bootstrap: tuple[float, float] | None = None  # 95% percentile bootstrap interval
     p: float | None = None  # one-sided t-test or TOST of the expected alternative
-    p_holm: float | None = None
+    p_holm: float | None = None  # Holm over the family (every claim's hypothesis and its opposite)
     p_exact: float | None = None  # sign-flip test of the same alternative
-    p_refute: float | None = None  # the opposite alternative (Holm-adjusted over the family)
+    p_exact_holm: float | None = None  # ... Holm over the claims' exact p's
+    p_refute: float | None = None  # the opposite alternative, Holm-adjusted in the same family
     verdict: str = "inconclusive"
     note: str = ""
 
@@ -83,10 +87,11 @@ class ClaimResult:
         lo, hi = self.ci or (None, None)
         blo, bhi = self.bootstrap or (None, None)
         return {"name": c.name, "study": c.study, "a": c.a, "b": c.b, "expect": c.expect, "margin": c.margin,
-                "metric": c.metric, "n": self.n, "seeds": self.seeds, "mean_a": self.mean_a, "mean_b": self.mean_b,
-                "estimate": self.estimate, "ci_low": lo, "ci_high": hi, "bootstrap_low": blo,
-                "bootstrap_high": bhi, "p": self.p, "p_holm": self.p_holm, "p_exact": self.p_exact,
-                "p_refute_holm": self.p_refute, "verdict": self.verdict, "note": self.note}
+                "metric": c.metric_of(c.a), "n": self.n, "seeds": self.seeds, "mean_a": self.mean_a, "mean_b": self.mean_b,
+                "metric_b": c.metric_of(c.b), "estimate": self.estimate, "ci_low": lo, "ci_high": hi,
+                "bootstrap_low": blo, "bootstrap_high": bhi, "p": self.p, "p_holm": self.p_holm, "p_exact": self.p_exact,
+                "p_exact_holm": self.p_exact_holm, "p_refute_holm": self.p_refute, "verdict": self.verdict,
+                "note": self.note}
 
 
 def _known_keys() -> set[str]:
@@ -124,6 +129,13 @@ def parse(raw: Any, source: str, study: str = "") -> list[Claim]:
             if bad := sorted(set(sel) - known):
                 raise UserError(f"{where}: `{side}` selects on unknown key(s) {', '.join(bad)}",
                                 "use config keys as `normbench train --cfg job` prints them, dotted (norm.name)")
+        metrics = [str(sel.get("metric", item.get("metric", "test_acc"))) for sel in (item["a"], item["b"])]
+        if any(m.count(" - ") > 1 for m in metrics):
+            raise UserError(f"{where}: a metric may be one difference \"x - y\" (got {metrics})",
+                            "write each side's metric as a number of results.json or x - y")
+        if len({"acc" in m for m in metrics}) > 1:
+            raise UserError(f"{where}: a and b read metrics in different units ({metrics[0]}, {metrics[1]})",
+                            "compare an accuracy with an accuracy (margins are points for them)")
         expect = item.get("expect")
         if expect not in stats.EXPECT:
             raise UserError(f"{where}: expect={expect!r}", f"use one of: {', '.join(stats.EXPECT)}")
@@ -173,9 +185,22 @@ def declared(runs: list[Run]) -> list[Claim]:
     return list(seen.values())
 
 
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
 def _matches(value: Any, want: Any) -> bool:
+    """Does a run's config value equal a selector's? Numbers numerically (YAML reads 1e-5 as a string)."""
     if value == want:
         return True
+    a, b = _number(value), _number(want)
+    if a is not None and b is not None:
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
     return fmt_value(value) == fmt_value(want) or str(value) == str(want)
 
 
@@ -190,7 +215,8 @@ def _metric(results: dict[str, Any], path: str) -> float | None:
         if not isinstance(node, dict) or part not in node:
             return None
         node = node[part]
-    return float(node) if isinstance(node, (int, float)) and not isinstance(node, bool) else None
+    value = _number(node) if isinstance(node, (int, float)) else None
+    return value if value is not None and math.isfinite(value) else None  # NaN: missing, not a number to test
 
 
 def _side(claim: Claim, side: dict[str, Any], runs: list[Run]) -> tuple[dict[int, float], str]:
@@ -198,13 +224,21 @@ def _side(claim: Claim, side: dict[str, Any], runs: list[Run]) -> tuple[dict[int
     keys = {k: v for k, v in side.items() if k != "metric"}
     metric = claim.metric_of(side)
     by_seed: dict[int, list[Run]] = {}
+    lost: dict[int, str] = {}  # seed -> the status of a matching run that gave no number
     for r in runs:
-        if r.status != "completed" or (claim.study and r.study != claim.study):
+        if not r.config or (claim.study and r.study != claim.study):
             continue
         if all(_matches(r.config.get(k), v) for k, v in keys.items()):
-            by_seed.setdefault(int(r.config.get("seed", 0)), []).append(r)
+            if r.status == "completed":
+                by_seed.setdefault(int(r.config.get("seed", 0)), []).append(r)
+            else:
+                lost[int(r.config.get("seed", 0))] = r.status
     values, note = {}, ""
+    if lost:  # a diverged or failed seed leaves the pairs: say so, it may favour the less stable side
+        note = ", ".join(f"seed {s} {status}" for s, status in sorted(lost.items())) + ", left out of the pairs"
     for seed, group in sorted(by_seed.items()):
+        if seed in lost:
+            continue
         if len(group) > 1:
             differ = sorted(k for k in group[0].config if k not in ("claims",) and
                             len({fmt_value(g.config.get(k)) for g in group}) > 1)
@@ -217,18 +251,22 @@ def _side(claim: Claim, side: dict[str, Any], runs: list[Run]) -> tuple[dict[int
     return values, note
 
 
+AMBIGUOUS = "runs match at seed"  # in a side's note when its selector cannot pick one run per seed
+
+
 def _one(claim: Claim, runs: list[Run]) -> ClaimResult:
     res = ClaimResult(claim)
     xa, note_a = _side(claim, claim.a, runs)
     xb, note_b = _side(claim, claim.b, runs)
-    if note_a or note_b:
-        res.note = "; ".join(f"{s}: {n}" for s, n in (("a", note_a), ("b", note_b)) if n)
+    res.note = "; ".join(f"{s}: {n}" for s, n in (("a", note_a), ("b", note_b)) if n)
+    if AMBIGUOUS in note_a or AMBIGUOUS in note_b:
         return res
     res.seeds = sorted(set(xa) & set(xb))
     res.n = len(res.seeds)
     if not res.n:
-        res.note = ("no runs match " + " and ".join(s for s, x in (("a", xa), ("b", xb)) if not x)) \
+        missing = ("no runs match " + " and ".join(s for s, x in (("a", xa), ("b", xb)) if not x)) \
             if not (xa and xb) else "a and b share no seed"
+        res.note = "; ".join(filter(None, [res.note, missing]))
         return res
     a, b = [xa[s] for s in res.seeds], [xb[s] for s in res.seeds]
     d = [x - y for x, y in zip(a, b)]
@@ -241,26 +279,32 @@ def _one(claim: Claim, runs: list[Run]) -> ClaimResult:
     if against:  # for `equivalent` either side refutes: Bonferroni over the two
         res.p_refute = min(1.0, len(against) * min(against))
     if res.n < 2:
-        res.note = "one pair: no test"
+        res.note = "; ".join(filter(None, [res.note, "one pair: no test"]))
     return res
 
 
 def test(claims: list[Claim], runs: list[Run]) -> list[ClaimResult]:
-    """Every claim tested on `runs`, Holm-corrected over the family, with its verdict."""
+    """Every claim tested on `runs`, with its verdict. One family, fixed by what was declared: Holm over
+    every hypothesis a verdict can rest on, each claim's expected one and its opposite (2 m p-values; a
+    claim that could not be tested counts with p = 1, so what ran cannot make the others easier to pass).
+    The exact p's are Holm-adjusted over the m claims on their own."""
     results = [_one(c, runs) for c in claims]
-    for r, p in zip(results, stats.holm([r.p for r in results])):
-        r.p_holm = p
-    for r, p in zip(results, stats.holm([r.p_refute for r in results])):
-        r.p_refute = p
-    family = sum(r.p is not None for r in results)
-    for r in results:
-        if r.p_holm is not None and r.p_holm < ALPHA:
+    m = len(results)
+    adjusted = stats.holm([1.0 if r.p is None else r.p for r in results]
+                          + [1.0 if r.p_refute is None else r.p_refute for r in results])
+    exact = stats.holm([1.0 if r.p_exact is None else r.p_exact for r in results])
+    for k, r in enumerate(results):
+        tested = r.p is not None
+        r.p_holm = adjusted[k] if tested else None
+        r.p_refute = adjusted[m + k] if tested else None
+        r.p_exact_holm = exact[k] if r.p_exact is not None else None
+        if tested and r.p_holm < ALPHA:
             r.verdict = "held"
-        elif r.p_refute is not None and r.p_refute < ALPHA:
+        elif tested and r.p_refute < ALPHA:
             r.verdict = "refuted"
-        if r.n >= 2 and 2.0 ** -r.n * family >= ALPHA:
-            smallest = f"{2.0 ** -r.n:.3g}" + (f" x {family} claims (Holm)" if family > 1 else "")
-            r.note = "; ".join(filter(None, [r.note, f"the exact test cannot reach {ALPHA:.2g} at n = {r.n} (its "
+        if r.n >= 2 and 2.0 ** -r.n * m >= ALPHA:
+            smallest = f"{2.0 ** -r.n:.3g}" + (f" x {m} claims (Holm's first step)" if m > 1 else "")
+            r.note = "; ".join(filter(None, [r.note, f"the exact test cannot reach {ALPHA:g} at n = {r.n} (its "
                                                       f"smallest p is {smallest}): a verdict rests on the t-test's "
                                                       f"normality"]))
     return results

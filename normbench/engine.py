@@ -136,13 +136,15 @@ class PassClock:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, batches: Iterable[Batch], batch_stats: bool = False,
-             stats_per: int | None = None) -> tuple[float, float]:
+             stats_per: int | None = None, per_sample: bool = False):
     """Mean cross-entropy and accuracy over (x, y, lengths) batches, in eval mode (running statistics),
     or with `batch_stats=True` normalizing each batch by its own statistics (the train/eval discrepancy);
     the model comes back unchanged either way. With `stats_per=k` (and batch_stats) each group of k
     samples of a batch is normalized on its own (`split_statistics`): batches of any multiple of k then
     score as batches of k would. A packed model (normbench.pack) scores every member on the same
-    batches, or on each member's own ((S, N, ...) batches), and returns a list per member."""
+    batches, or on each member's own ((S, N, ...) batches), and returns a list per member. With
+    `per_sample`, a third value: which samples it classified correctly, in order ((N,) or (S, N) bool), so
+    a later number over a prefix of them needs no pass of its own."""
     members = model.size if isinstance(model, Members) else None
     if members is not None:
         batches = iter(batches)
@@ -152,10 +154,12 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], batch_stats: bool = Fal
         batches = itertools.chain([first], batches)
         if not model.packs(len(first[1])):  # large batches: each member alone is faster (docs/packing.md)
             batches = list(batches)
-            scores = [evaluate(m, batches, batch_stats, stats_per) for m in model.unpacked()]
-            return [s[0] for s in scores], [s[1] for s in scores]
+            scores = [evaluate(m, batches, batch_stats, stats_per, per_sample) for m in model.unpacked()]
+            out = [s[0] for s in scores], [s[1] for s in scores]
+            return (*out, torch.stack([s[2] for s in scores])) if per_sample else out
     loss = hits = None
     n = 0
+    correct: list[torch.Tensor] = []
     split = split_statistics(model, stats_per) if batch_stats and stats_per else contextlib.nullcontext()
     with batch_statistics(model) if batch_stats else eval_mode(model), split:
         for x, y, lengths in batches:
@@ -163,15 +167,21 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], batch_stats: bool = Fal
                 x, y, lengths = _for_members(members, x, y, lengths)
             logits = model(x, lengths)
             batch_loss = F.cross_entropy(logits.flatten(0, -2), y.flatten(), reduction="none").view(y.shape)
-            batch_loss, batch_hits = batch_loss.sum(-1), (logits.argmax(-1) == y).sum(-1)
+            right = logits.argmax(-1) == y
+            if per_sample:
+                correct.append(right)
+            batch_loss, batch_hits = batch_loss.sum(-1), right.sum(-1)
             loss = batch_loss if loss is None else loss + batch_loss
             hits = batch_hits if hits is None else hits + batch_hits
             n += y.shape[-1]
     if not n:
-        return (float("nan"), float("nan")) if members is None else ([float("nan")] * members,) * 2
+        out = (float("nan"), float("nan")) if members is None else ([float("nan")] * members,) * 2
+        return (*out, torch.zeros(0, dtype=torch.bool)) if per_sample else out
     if members is None:
-        return loss.item() / n, hits.item() / n
-    return [v / n for v in loss.tolist()], [v / n for v in hits.tolist()]
+        out = loss.item() / n, hits.item() / n
+    else:
+        out = [v / n for v in loss.tolist()], [v / n for v in hits.tolist()]
+    return (*out, torch.cat(correct, -1)) if per_sample else out
 
 
 def _for_members(members: int, x: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor | None):

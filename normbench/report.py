@@ -139,7 +139,7 @@ def _p(p: float | None) -> str:
 
 
 CLAIMS_HEADER = ["claim", "hypothesis", "n", "a", "b", f"a − b [{LEVEL_TEXT} t]", "bootstrap", "p", "p (Holm)",
-                 "p (exact)", "verdict"]
+                 "exact p (Holm)", "verdict"]
 CLAIMS_COMPACT = [0, 5, 8, 10]  # the columns the HTML's first screen shows
 
 
@@ -149,18 +149,21 @@ def claims_rows(s: Summary) -> list[list[str]]:
         ci = f" [{_num(r, r.ci[0])}, {_num(r, r.ci[1])}]" if r.ci else ""
         boot = f"[{_num(r, r.bootstrap[0])}, {_num(r, r.bootstrap[1])}]" if r.bootstrap else ""
         rows.append([r.claim.name, hypothesis(r.claim), str(r.n), _num(r, r.mean_a, False), _num(r, r.mean_b, False),
-                     _num(r, r.estimate) + ci, boot, _p(r.p), _p(r.p_holm), _p(r.p_exact), r.verdict])
+                     _num(r, r.estimate) + ci, boot, _p(r.p), _p(r.p_holm), _p(r.p_exact_holm), r.verdict])
     return rows
 
 
 def claims_caption(s: Summary) -> str:
     scoped = sorted({r.claim.study for r in s.claims if r.claim.study})
     source = f"declared by experiment{'s' * (len(scoped) > 1)} {', '.join(scoped)}" if scoped else "given by --claims"
-    return (f"{len(s.claims)} claims {source}, tested as one family: per-seed differences a − b (points for "
-            f"accuracies), their mean, {LEVEL_TEXT} t-interval and percentile bootstrap; p: one-sided paired t-test "
-            f"against the margin (TOST for |a − b| < margin); p (Holm): over the {len(s.claims)}; p (exact): the "
-            f"sign-flip test of the same hypothesis. held: p (Holm) < 0.05; refuted: the opposite hypothesis is, "
-            f"after Holm; otherwise inconclusive")
+    m = len(s.claims)
+    return (f"{m} claims {source}, tested as one family: per-seed differences a − b (points for accuracies), "
+            f"their mean, {LEVEL_TEXT} t-interval and percentile bootstrap (few distinct resamples at n ≤ 5: read "
+            f"the t-interval); p: one-sided paired t-test against the margin (TOST for |a − b| < margin); "
+            f"p (Holm): over the {2 * m} hypotheses of the {m} claims (each one's and its opposite; an untested "
+            f"claim counts with p = 1); exact p (Holm): the sign-flip test of the same hypothesis, Holm over the "
+            f"claims. held: p (Holm) < 0.05; refuted: the opposite hypothesis is, after Holm; otherwise "
+            f"inconclusive")
 
 
 def claim_notes(s: Summary) -> list[str]:

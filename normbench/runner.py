@@ -22,8 +22,7 @@ import torch
 
 from normbench import cells, data, engine, guards, models, norms, probe, studies
 from normbench.config import Config, NormConfig, PackMode, split_seed, to_dict
-from normbench.data import batches
-from normbench.engine import evaluate, pick_device
+from normbench.engine import pick_device
 from normbench.errors import UserError
 from normbench.optim import scaled_lr
 from normbench.pack import plan
@@ -146,15 +145,9 @@ def finish(results: dict[str, Any], tested: dict[str, Any], passes: dict[str, fl
 
 def test_results(model: torch.nn.Module, splits: data.Splits, cfg: Config,
                  clock: engine.PassClock | None = None) -> dict[str, Any]:
-    """A trained model's test loss and accuracies (the study's suite included), each pass timed on `clock`.
-    For a pack, every value is a list with one entry per member (the seconds are the pack's, shared)."""
-    clock = clock or engine.PassClock()
-    out: dict[str, Any] = {}
-    with clock("test"):
-        out["test_loss"], out["test_acc"] = evaluate(model, batches(splits.test_x, splits.test_y,
-                                                                    cfg.eval_batch_size))
-    out.update(studies.for_config(cfg).evaluations(model, splits, cfg, clock=clock))
-    return out
+    """A trained model's test loss and accuracies: its study's suite, each pass timed on `clock`. For a
+    pack, every value is a list with one entry per member (the seconds are the pack's, shared)."""
+    return studies.for_config(cfg).evaluations(model, splits, cfg, clock=clock or engine.PassClock())
 
 
 def close_results(results: dict[str, Any], run_dir: Path, started: float, tracker) -> None:

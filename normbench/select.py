@@ -60,17 +60,21 @@ def choose(runs: list[Run], key: str, labels: dict) -> dict[tuple, Choice]:
     """cell key -> its Choice, from completed runs' val_acc: for each seed, the value with the best mean
     over the other seeds (a tie: the smaller value)."""
     scores: dict[tuple, dict[Any, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    tried: dict[tuple, set] = defaultdict(set)  # every value a cell ran, a diverged or failed one too
     for r in runs:
+        if not r.config or r.path not in labels:
+            continue
+        tried[_cell_key(r, labels[r.path])].add(r.config.get(key))
         if r.status == "completed" and isinstance(r.results.get("val_acc"), (int, float)):
             scores[_cell_key(r, labels[r.path])][r.config.get(key)][int(r.config.get("seed", 0))] = r.results["val_acc"]
     chosen = {}
     for cell, by_value in scores.items():
-        grid = sorted(by_value)
+        grid = sorted(tried[cell])  # a value that diverged everywhere is still the grid's edge, not a gap
         seeds = sorted({s for vals in by_value.values() for s in vals})
 
         def best(excluded: int | None) -> Any:
             means = {v: statistics.fmean(x for s, x in by_value[v].items() if s != excluded) for v in grid
-                     if any(s != excluded for s in by_value[v])}
+                     if v in by_value and any(s != excluded for s in by_value[v])}
             return max(means, key=lambda v: (means[v], -grid.index(v)))
 
         chosen[cell] = Choice({s: best(s if len(seeds) > 1 else None) for s in seeds}, grid)

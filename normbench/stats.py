@@ -95,21 +95,19 @@ def _t_sf(t: float, df: int) -> float:
 def t_test(d: list[float], expect: str, margin: float = 0.0) -> float | None:
     """The one-sample t-test of the differences `d` (a - b, paired) for the alternative `expect`:
     greater: mean > margin; less: mean < margin; equivalent: -margin < mean < margin, by two one-sided tests
-    (TOST, Schuirmann 1987: the larger of the two p-values). None below two values. Zero variance: the sign
-    of the mean against the margin decides (p = 0 or 1)."""
+    (TOST, Schuirmann 1987: the larger of the two p-values). None below two values. With zero variance
+    (every pair the same difference) t is not defined, and the exact sign-flip p answers instead."""
     n = len(d)
     if n < 2:
         return None
     mean, sd = statistics.fmean(d), statistics.stdev(d)
+    if sd == 0:  # t is infinite or undefined: the exact test of the same hypothesis (p >= 2^-n), not p = 0
+        return sign_flip(d, expect, margin)
 
     def above(m: float) -> float:  # p of H0: mean <= m against H1: mean > m
-        if sd == 0:
-            return 0.0 if mean > m else 1.0
         return _t_sf((mean - m) / (sd / math.sqrt(n)), n - 1)
 
     def below(m: float) -> float:  # p of H0: mean >= m against H1: mean < m
-        if sd == 0:
-            return 0.0 if mean < m else 1.0
         return _t_sf(-(mean - m) / (sd / math.sqrt(n)), n - 1)
 
     if expect == "greater":
@@ -150,13 +148,13 @@ def sign_flip(d: list[float], expect: str, margin: float = 0.0, draws: int = 200
     x = np.asarray(d, dtype=np.float64) - margin
     if expect == "less":
         x = -x
+    observed = x.sum()
+    tol = 1e-12 * max(1.0, abs(observed))
     if n <= EXACT_LIMIT:
         signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)  # every pattern, once
-    else:
-        signs = np.random.default_rng(0).choice([-1, 1], size=(draws, n))
-    sums = signs @ x
-    observed = x.sum()
-    return float(np.mean(sums >= observed - 1e-12 * max(1.0, abs(observed))))
+        return float(np.mean(signs @ x >= observed - tol))
+    signs = np.random.default_rng(0).choice([-1, 1], size=(draws, n))  # the observed pattern counts once
+    return float((np.sum(signs @ x >= observed - tol) + 1) / (draws + 1))
 
 
 def bootstrap_interval(d: list[float], level: float = LEVEL, resamples: int = 10_000,

@@ -58,13 +58,13 @@ def section(results: Path = RESULTS) -> str:
     lines = []
     if run:
         lines += [f"Verdicts from `{run['command']}` at git {run['git_sha']} ({run['date']}, {run['wall_s']:,} s on "
-                  f"{run['cores']} cores), summarized as one family (Holm over all {len(tested)} claims) into "
+                  f"{run['cores']} cores), summarized as one family (Holm over the {2 * len(tested)} hypotheses of its {len(tested)} claims) into "
                   f"[docs/results/summary.json](docs/results/summary.json). Points: a − b in percentage points, "
                   f"mean [95% t-interval] over the pairs (seeds).", ""]
     else:
         lines += ["No run of the current study designs is checked in yet (docs/results/): the claims below are "
                   "declared, not yet tested.", ""]
-    lines += ["| study | claim | hypothesis (points) | pairs | a − b [95% CI] | p (Holm) | p (exact) | verdict |",
+    lines += ["| study | claim | hypothesis (points) | pairs | a − b [95% CI] | p (Holm) | exact p (Holm) | verdict |",
               "|---|---|---|---|---|---|---|---|"]
     for study, c in declared():
         t = tested.get((study, c["name"]))
@@ -75,7 +75,7 @@ def section(results: Path = RESULTS) -> str:
         ci = f" [{_pts(t['ci_low'], scale)}, {_pts(t['ci_high'], scale)}]" if t["ci_low"] is not None else ""
         p = lambda v: "" if v is None else f"{v:.2g}"  # noqa: E731
         lines.append(f"| {study} | {c['name']} | {_hypothesis(c)} | {t['n']} | {_pts(t['estimate'], scale)}{ci} | "
-                     f"{p(t['p_holm'])} | {p(t['p_exact'])} | **{t['verdict']}** |")
+                     f"{p(t['p_holm'])} | {p(t.get('p_exact_holm'))} | **{t['verdict']}** |")
     return "\n".join(lines)
 
 

@@ -32,8 +32,8 @@ JOBS=${JOBS:-2}
 if [ -n "${QUICK:-}" ]; then
   SEEDS=${SEEDS:-0,1}; LRS=${LRS:-0.025,0.1}; RNN_LRS=${RNN_LRS:-1e-3,3e-3}; NORMS=${NORMS:-bn,ln}
   BATCHES=${BATCHES:-2,128}; GHOSTS=${GHOSTS:-2,64}; POSITIONS=${POSITIONS:-1,null}
-  RNN_NORMS=${RNN_NORMS:-bn_recurrent,ln}; SUBSET=${SUBSET:-2000}; RNN_SUBSET=${RNN_SUBSET:-2000}
-  EPSS=${EPSS:-1e-5,1e-1}; CNN_NORMS=${CNN_NORMS:-bn,gn}; CONV_EPOCHS=${CONV_EPOCHS:-1}
+  RNN_NORMS=${RNN_NORMS:-none,bn_recurrent}; PAD_NORMS=${PAD_NORMS:-bn_naive_input,bn_masked_input}; SUBSET=${SUBSET:-2000}; RNN_SUBSET=${RNN_SUBSET:-2000}
+  EPSS=${EPSS:-1e-1}; CNN_NORMS=${CNN_NORMS:-bn,gn}; CONV_EPOCHS=${CONV_EPOCHS:-1}
   CONV_SUBSET=${CONV_SUBSET:-2000}; CONV_LRS=${CONV_LRS:-0.05}; CONV_BATCHES=${CONV_BATCHES:-8,64}
   CONV_GHOSTS=${CONV_GHOSTS:-8,64}
 fi
@@ -44,10 +44,12 @@ NORMS=${NORMS:-none,bn,brn,ln,gn,rms}
 BATCHES=${BATCHES:-2,8,32,128}
 GHOSTS=${GHOSTS:-2,4,8,16,64}
 POSITIONS=${POSITIONS:-1,4,16,null}  # BN statistics over k random positions per image (null: all)
-RNN_NORMS=${RNN_NORMS:-none,bn_naive,bn_masked,bn_recurrent,ln,ln_recurrent,rms}
+RNN_NORMS=${RNN_NORMS:-none,bn_recurrent,ln,ln_recurrent,rms}  # the length question
+PAD_NORMS=${PAD_NORMS:-none,bn_naive,bn_masked,bn_naive_input,bn_masked_input}  # the padding question
+RNN_EPOCHS=${RNN_EPOCHS:-1}
 SUBSET=${SUBSET:-10000}
 RNN_SUBSET=${RNN_SUBSET:-20000}
-EPSS=${EPSS:-1e-5,1e-3,1e-1}  # BN's eps at ghost batch 2
+EPSS=${EPSS:-1e-3,1e-1}  # BN's eps at ghost batch 2, beside its default 1e-5 (ghost_batch/bn)
 CNN_NORMS=${CNN_NORMS:-bn,gn,ln}  # the CNN at batch 2
 CONVERGED=${CONVERGED:-1}  # CONVERGED=0 skips the converged runs (the longest part)
 CONV_EPOCHS=${CONV_EPOCHS:-10}
@@ -64,10 +66,9 @@ fi
 mkdir -p "$OUT"
 
 # Settings every run shares: parallel jobs with one torch thread each (two 2-thread jobs on 2 cores
-# oversubscribe), no live progress bars (the jobs would interleave them), a 2k validation split (what
-# --select lr chooses on) and test batches of 250 (a conv on 1 CPU thread runs ~1.5x faster at 250 than
-# at 1000).
-COMMON=(hydra.launcher.n_jobs="$JOBS" threads=1 progress=false data.val_size=2000 eval_batch_size=250
+# oversubscribe), no live progress bars (the jobs would interleave them) and a 2k validation split (what
+# --select lr chooses on). Test batches are 250 by default (eval_batch_size).
+COMMON=(hydra.launcher.n_jobs="$JOBS" threads=1 progress=false data.val_size=2000
         "pack.seeds=[$SEEDS]")
 # Batch Renorm without its correction (r_max=1, d_max=0): trains as BN does, infers with Algorithm 1's
 # sigma (the moving average of sigma_B; norms/renorm.py). It runs once, at the smallest ghost batch and
@@ -104,9 +105,10 @@ study values_per_channel experiment=small_batch model=cnn "model.channels=[16,32
 # steps), BN over ghost batches of K (K x H x W values per channel).
 study values_per_channel_ghost "${GHOST[@]}" model=cnn "model.channels=[16,32]" model.hidden=128 norm=bn \
   norm.ghost_batch="$GHOSTS"
-# The variable-length study.
-study variable_length experiment=variable_length rnn_norm="$RNN_NORMS" epochs=1 data.subset="$RNN_SUBSET" \
-  "pack.lrs=[$RNN_LRS]"
+# The variable-length study, each question at its design (configs/varlen_design/).
+VARLEN=(experiment=variable_length epochs="$RNN_EPOCHS" data.subset="$RNN_SUBSET" "pack.lrs=[$RNN_LRS]")
+study variable_length/length "${VARLEN[@]}" varlen_design=length rnn_norm="$RNN_NORMS"
+study variable_length/padding "${VARLEN[@]}" varlen_design=padding rnn_norm="$PAD_NORMS"
 
 # The MLP at convergence (experiment=converged: the full training split, 10 epochs), unless CONVERGED=0.
 if [ "$CONVERGED" != 0 ]; then

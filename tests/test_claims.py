@@ -117,7 +117,8 @@ CLAIMS = [
 def test_summarize_claims_end_to_end(tmp_path):
     """Reference: the hand-made sweep (gn − bn = +10 points, the same sign in every seed; ln ≈ gn): `held`
     for the true direction, `refuted` for the reverse, `inconclusive` for a difference within the noise,
-    `held` for equivalence within 2 points; p_holm is Holm by hand over the four one-sided p's; the claims
+    `held` for equivalence within 2 points; p_holm is Holm by hand over the family of the four claims'
+    hypotheses and their opposites (scipy's one-sided t-tests); the claims
     print before the tables; summary.json and claims.csv hold every field."""
     claim_sweep(tmp_path / "sweep")
     (tmp_path / "claims.yaml").write_text(yaml.safe_dump(CLAIMS))
@@ -129,14 +130,24 @@ def test_summarize_claims_end_to_end(tmp_path):
     assert [c["verdict"] for c in got] == ["held", "refuted", "inconclusive", "held"]
     fields = {"name", "a", "b", "n", "estimate", "ci_low", "ci_high", "p", "p_holm", "p_exact", "verdict"}
     assert fields <= set(got[0])
-    ps = [c["p"] for c in got]  # Holm by hand: sorted p's times 4, 3, 2, 1, kept monotone, capped at 1
-    order = sorted(range(4), key=lambda i: ps[i])
-    expected, running = [None] * 4, 0.0
+    noise = [0.004, -0.006, 0.002, 0.007, -0.003]
+    d = [0.80 + e / 2 - 0.70 - e for e in noise]  # gn - bn
+    d_ln = [(0.80 - e / 3 + 0.001) - (0.80 + e / 2) for e in noise]  # ln - gn
+    one = lambda x, m, alt: scipy_stats.ttest_1samp(x, m, alternative=alt).pvalue  # noqa: E731
+    minus = [-v for v in d]
+    # the family: each claim's hypothesis, then its opposite (scipy's one-sided tests; TOST's is the larger
+    # of two, its opposite twice the smaller of the two outside tests)
+    family = [one(d, 0, "greater"), one(minus, 0, "greater"), one(d_ln, 0, "greater"),
+              max(one(d_ln, -0.02, "greater"), one(d_ln, 0.02, "less")),
+              one(d, 0, "less"), one(minus, 0, "less"), one(d_ln, 0, "less"),
+              min(1.0, 2 * min(one(d_ln, 0.02, "greater"), one(d_ln, -0.02, "less")))]
+    order = sorted(range(8), key=lambda i: family[i])  # Holm by hand: sorted p's x 8, 7, ..., monotone, <= 1
+    expected, running = [None] * 8, 0.0
     for rank, i in enumerate(order):
-        running = max(running, min(1.0, (4 - rank) * ps[i]))
+        running = max(running, min(1.0, (8 - rank) * family[i]))
         expected[i] = running
-    assert [c["p_holm"] for c in got] == pytest.approx(expected, rel=1e-12)
-    d = [0.80 + e / 2 - 0.70 - e for e in [0.004, -0.006, 0.002, 0.007, -0.003]]
+    assert [c["p_holm"] for c in got] == pytest.approx(expected[:4], rel=1e-9)
+    assert [c["p_refute_holm"] for c in got] == pytest.approx(expected[4:], rel=1e-9)
     assert got[0]["n"] == 5 and got[0]["estimate"] == pytest.approx(statistics.fmean(d), rel=1e-12)
     assert got[0]["p"] == pytest.approx(scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue, rel=1e-9)
     assert got[0]["p_exact"] == 1 / 32
@@ -237,3 +248,33 @@ def test_readme_claims_copy_the_checked_in_verdicts(tmp_path):
     row = next(line for line in text.splitlines() if name[1]["name"] in line)
     assert f"| {s.claims[0].n} | +{100 * s.claims[0].estimate:.1f} [" in row and "**held**" in row
     assert text.count("not in the checked-in run") == len(readme_claims.declared()) - 1
+
+
+def test_zero_variance_and_the_monte_carlo_branch_never_give_p_zero():
+    """Reference: the exact test's floor: two identical differences have no t statistic, and of the four
+    sign patterns of [+1, +1] only (+, +) reaches the observed sum, p = 1/4; beyond 20 values the sampled
+    p counts the observed pattern, so it is at least 1/(draws + 1)."""
+    assert stats.t_test([0.01, 0.01], "greater") == 0.25
+    assert stats.sign_flip([0.01] * 25, "greater", draws=1000) == pytest.approx(1 / 1001)
+
+
+def test_selectors_and_metrics_are_robust(tmp_path):
+    """Reference: the selector rules: `1e-5` written in YAML (a string) matches a run's 1e-05; a NaN
+    metric counts as missing; a diverged run at a seed leaves that seed out, with a note; more than one
+    " - " in a metric and sides in different units are refused in one line."""
+    for seed in range(3):
+        for norm, acc in (("bn", 0.70), ("gn", 0.80)):
+            write_run(tmp_path, f"{norm}_{seed}", norm=norm, seed=seed, config={"norm.eps": 1e-5},
+                      test_acc=acc + 0.01 * seed, train_acc=float("nan"))
+    write_run(tmp_path, "gn_3", "diverged", norm="gn", seed=3, config={"norm.eps": 1e-5}, test_acc=None)
+    write_run(tmp_path, "bn_3", norm="bn", seed=3, config={"norm.eps": 1e-5}, test_acc=0.7)
+    runs = find_runs(tmp_path)
+    claim = {"name": "x", "a": {"norm.name": "gn", "norm.eps": "1e-5"}, "b": {"norm.name": "bn"}, "expect": "greater"}
+    result = claims.test(claims.parse([claim], "test"), runs)[0]
+    assert result.n == 3 and result.seeds == [0, 1, 2] and "seed 3 diverged, left out of the pairs" in result.note
+    nan = claims.test(claims.parse([{**claim, "metric": "train_acc"}], "test"), runs)[0]
+    assert nan.n == 0 and "no runs match" in nan.note
+    with pytest.raises(UserError, match="one difference"):
+        claims.parse([{**claim, "metric": "a - b - c"}], "test")
+    with pytest.raises(UserError, match="different units"):
+        claims.parse([{**claim, "a": {**claim["a"], "metric": "first_layer_grad_ratio"}}], "test")

@@ -379,3 +379,23 @@ def test_a_per_seed_pack_trains_each_seeds_members_on_that_seeds_split_as_plain_
                     assert have[key] == pytest.approx(want[key], rel=0, abs=TOL), key
                 accs.add((got["val_acc"], got["test_acc"]))
         assert len(accs) > 1
+
+
+def test_cuda_packing_limits_come_from_the_gpu_bench(tmp_path, monkeypatch):
+    """Reference: bench.packed.derive_limits on hand-made bench rows (the largest batch at which every
+    S > 1 packed faster, and the largest batch x S that did), and pack/plan.py reading them for CUDA:
+    without a table every CUDA pack of 2+ members packs; with one, the measured limits decide."""
+    from normbench.bench.packed import derive_limits
+    from normbench.pack import plan
+
+    def row(batch, members, speedup):
+        return {"model": "cnn", "batch_size": batch, "members": members, "speedup": {"median": speedup}}
+
+    rows = [row(2, 5, 2.0), row(2, 16, 3.0), row(8, 5, 1.5), row(8, 16, 0.9), row(64, 5, 0.8)]
+    assert derive_limits(rows) == {"cnn": [8, 40]}  # 8 x 16 = 128 lost; 8 x 5 = 40 won
+    cfg = Config(model=ModelConfig(name="cnn"), batch_size=8, pack=PackConfig(seeds=list(range(16))))
+    monkeypatch.setattr(plan, "CUDA_LIMITS_FILE", tmp_path / "cuda_limits.json")
+    assert plan.packs_faster(cfg, "cuda")  # nothing measured: pack
+    (tmp_path / "cuda_limits.json").write_text(json.dumps(derive_limits(rows)))
+    assert not plan.packs_faster(cfg, "cuda")  # 8 x 16 = 128 > 40
+    assert plan.packs_faster(replace(cfg, pack=PackConfig(seeds=[0, 1, 2, 3, 4])), "cuda")

@@ -243,15 +243,15 @@ def test_killed_after_its_last_step_resumes_without_training_more(tiny_cfg, tmp_
     unbroken = runner.run(tiny_cfg, tmp_path / "a", tracker=NullTracker())
     assert unbroken["steps"] == 40 and len(unbroken["history"]) == 2
 
-    real_evaluate = runner.evaluate
+    real_test_results = runner.test_results
 
     def killed(*args, **kwargs):
-        raise KeyboardInterrupt  # as SIGTERM or Ctrl-C during the test pass
+        raise KeyboardInterrupt  # as SIGTERM or Ctrl-C during the test suite
 
-    monkeypatch.setattr(runner, "evaluate", killed)
+    monkeypatch.setattr(runner, "test_results", killed)
     with pytest.raises(KeyboardInterrupt):
         runner.run(tiny_cfg, tmp_path / "b", tracker=NullTracker())
-    monkeypatch.setattr(runner, "evaluate", real_evaluate)
+    monkeypatch.setattr(runner, "test_results", real_test_results)
     tiny_cfg.resume = True
     resumed = runner.run(tiny_cfg, tmp_path / "b", tracker=NullTracker())
     assert resumed["steps"] == 40

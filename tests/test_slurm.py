@@ -88,14 +88,17 @@ def results(sweep: Path) -> dict[str, dict]:
     return {p.parent.name: json.loads(p.read_text()) for p in sorted(sweep.glob("*/results.json"))}
 
 
-def array_tasks(sweep: Path) -> dict[str, tuple[str, int, int]]:
+def array_tasks(sweep: Path, expected: int = 4) -> dict[str, tuple[str, int, int]]:
     """SLURM's record of the sweep's array tasks (sacct): job id -> (state, start, end) in epoch seconds.
-    The array's id is the name of the folder submitit writes its sbatch script in."""
+    The array's id is the name of the folder submitit writes its sbatch script in. Waits (up to 30 s) until
+    slurmdbd holds a finished row for every one of the `expected` tasks: a task it has not recorded yet has
+    no row at all, and one whose end has not reached it reads Unknown."""
     (array_id,) = {p.parent.name for p in (sweep / ".submitit").glob("*/*_submission.sh")}
     deadline = time.monotonic() + 30
     while True:  # a task's end reaches slurmdbd shortly after it leaves the queue
-        rows = slurm("sacct", "-X", "-n", "-P", "-j", array_id, "-o", "JobID,State,Start,End").split()
-        if all("Unknown" not in row for row in rows) or time.monotonic() > deadline:
+        rows = [row for row in slurm("sacct", "-X", "-n", "-P", "-j", array_id, "-o",
+                                     "JobID,State,Start,End").splitlines() if row.strip()]  # "CANCELLED by 0"
+        if (len(rows) >= expected and all("Unknown" not in row for row in rows)) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     out = {}

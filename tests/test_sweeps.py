@@ -156,3 +156,34 @@ def test_joblib_multirun_survives_a_failing_job_and_summarizes(tiny_root, tmp_pa
     cells = {(g["norm"], g["axis"]): g["n"] for g in summary["groups"] if g["metric"] == "test_acc"}
     assert cells == {("ln", "8"): 1, ("ln", "16"): 1, ("in", "8"): 0, ("in", "16"): 0}
     assert (sweep / "sweep_fashion_mnist.png").exists()  # a plain sweep, not the small-batch study
+
+
+def test_the_sweeper_composes_each_job_once():
+    """Reference: Hydra's BasicSweeper validates a batch by composing every job, and its launcher composes
+    each job again; the loader's call count with hydra_plugins.normbench_sweeper.compose_once in between:
+    one composition per job, the launcher getting a config equal to (not the same object as) the
+    validation's, and a job composed afresh if it is asked for a third time."""
+    from hydra_plugins.normbench_sweeper import compose_once
+
+    class Loader:
+        calls = 0
+
+        def load_sweep_config(self, master, overrides):
+            Loader.calls += 1
+            return OmegaConf.create({"overrides": list(overrides)})
+
+    loader = Loader()
+    compose_once(loader)
+    jobs = [["norm=bn", "seed=0"], ["norm=ln", "seed=0"], ["norm=gn", "seed=1"]]
+    validated = [loader.load_sweep_config(None, job) for job in jobs]  # the sweeper's validation
+    launched = [loader.load_sweep_config(None, job) for job in jobs]  # the launcher's
+    assert Loader.calls == 3
+    assert launched == validated and all(a is not b for a, b in zip(launched, validated))
+    loader.load_sweep_config(None, jobs[0])
+    assert Loader.calls == 4
+
+
+def test_cli_uses_normbench_sweeper():
+    """Reference: the composed hydra config (what --cfg hydra prints): the sweeper is ours."""
+    cfg = _compose([], hydra=True)
+    assert cfg.hydra.sweeper._target_ == "hydra_plugins.normbench_sweeper.NormbenchSweeper"

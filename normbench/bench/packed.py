@@ -8,6 +8,14 @@ bound: a step touches each parameter ~10 times (forward and backward reads, the 
 reads of p, g, m, v and writes of p, m, v), so S members need at least 10 x 4 x params x S bytes over the
 machine's copy bandwidth (measured here), however well they are packed. A second baseline, S times one
 run's step (S=1), is runs trained one after another, as a sweep trains them.
+
+Every line also says how far its step is from the machine's limits: the memory-traffic bound (the
+parameter touches above, plus each activation written in the forward pass and read, with its gradient
+written and read, in the backward: 4 touches x 4 bytes, counted by hooks on one member's modules; the
+input batch read once) at the measured copy bandwidth, and the FLOP bound (the matmul and convolution
+FLOPs of forward and backward, torch.utils.flop_counter, at the rate a large matmul reaches here). A
+step / bound ratio near 1 is at the limit; far above it, per-call overhead fills the gap, and the per-op
+profile at batch 2 (torch.profiler: the ops with the most self time per step) says which.
 """
 
 from __future__ import annotations
@@ -77,6 +85,81 @@ def variants(model: str, norm: str, batch: int, size: int, device, steps: int):
     return {"separate": timer(separate, steps, device), "packed": timer(pack, steps, device)}, params
 
 
+ACTIVATION_TOUCHES = 4  # forward write, backward read, gradient write and read, per activation value
+
+
+def limits(model: str, norm: str, batch: int, device) -> tuple[float, float]:
+    """(bytes, FLOPs) one member's training step must move and compute: parameters x TOUCHES and
+    activations x ACTIVATION_TOUCHES (4 bytes each, activations from hooks on the leaf modules) plus the
+    input; matmul/conv FLOPs of forward and backward (FlopCounterMode)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    net = build(model, norm, 0, device)
+    x = torch.randn(batch, 1, 28, 28, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+    activations = []
+    hooks = [m.register_forward_hook(lambda m, i, out: activations.append(out.numel() if torch.is_tensor(out) else 0))
+             for m in net.modules() if not list(m.children())]
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(net(x), y).backward()
+    for h in hooks:
+        h.remove()
+    params = sum(p.numel() for p in net.parameters())
+    traffic = 4 * (TOUCHES * params + ACTIVATION_TOUCHES * sum(activations) + x.numel())
+    return float(traffic), float(counter.get_total_flops())
+
+
+def gemm_rate(device) -> float:
+    """FLOP/s of a 1024 x 1024 float32 matmul here (2 n^3 FLOPs), the best of 5: the rate compute can reach."""
+    a = torch.randn(1024, 1024, device=device)
+    best = float("inf")
+    for _ in range(6):
+        sync(device)
+        t0 = time.perf_counter()
+        a @ a
+        sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * 1024 ** 3 / best
+
+
+def op_profile(model: str, norm: str, size: int, device, steps: int = 20, top: int = 6) -> list[list]:
+    """The ops with the most self time in a batch-2 step (S separate members' steps, or the pack's),
+    per step, from torch.profiler: where a step's time goes when it is far from its bounds."""
+    from torch.profiler import ProfilerActivity, profile
+
+    timed, _ = variants(model, norm, 2, size, device, 1)
+    call = timed["packed" if size > 1 else "separate"]  # each call: one untimed step and one timed (`timer`)
+    call()  # warm
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            call()
+    done = 2 * steps
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events) or 1.0
+    return [[f"{model}+{norm}", size, e.key, f"{e.self_cpu_time_total / done / 1e3:.3f}",
+             f"{100 * e.self_cpu_time_total / total:.0f}%", round(e.count / done, 1)] for e in events[:top]]
+
+
+def derive_limits(rows: list[dict]) -> dict[str, list]:
+    """pack/plan.py's limits from this section's rows, in its form (pack when batch <= max batch and batch x
+    S <= max samples): per model, the largest batch up to which packing beat separate steps (median speedup
+    > 1) at some S > 1 at every batch, and, if some S lost at those batches, the largest batch x S that won
+    below the smallest that lost (null when none lost): {"mlp": [max batch, max samples or null], ...}."""
+    out = {}
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model and r["members"] > 1]
+        best = 0
+        for batch in sorted({r["batch_size"] for r in mine}):
+            if any(r["speedup"]["median"] > 1 for r in mine if r["batch_size"] == batch):
+                best = batch
+            else:
+                break
+        won = [r["batch_size"] * r["members"] for r in mine if r["speedup"]["median"] > 1]
+        lost = [r["batch_size"] * r["members"] for r in mine if r["speedup"]["median"] <= 1 and r["batch_size"] <= best]
+        out[model] = [best, None if not lost else max((w for w in won if w < min(lost)), default=0)]
+    return out
+
+
 def copy_bandwidth(device) -> float:
     """Bytes per second of a 64 MB copy (read + write counted), the best of 5."""
     a = torch.empty(16 * 2 ** 20, device=device)
@@ -95,10 +178,11 @@ def run(args, device: torch.device):
     rounds = args.rounds
     batches = (2, 64) if args.quick else BATCH_SIZES
     sizes = (1, 5) if args.quick else MEMBERS  # S=1 first: the one-run-at-a-time column uses it
-    bandwidth = copy_bandwidth(device)
+    bandwidth, flop_rate = copy_bandwidth(device), gemm_rate(device)
     rows, table = [], []
     for model, norm in CASES:
         for batch in batches:
+            traffic, flops = limits(model, norm, batch, device)
             for size in sizes:
                 probe, params = variants(model, norm, batch, size, device, 1)
                 one = min(probe["separate"]() for _ in range(2))
@@ -106,7 +190,8 @@ def run(args, device: torch.device):
                 timed, _ = variants(model, norm, batch, size, device, steps)
                 got = interleave(timed, rounds)
                 speedup = paired_ratio(got["separate"], got["packed"])
-                bound = TOUCHES * 4 * params * size / bandwidth
+                traffic_bound, flop_bound = size * traffic / bandwidth, size * flops / flop_rate
+                bound = max(traffic_bound, flop_bound)
                 if size == 1:
                     single = min(got["separate"])
                 # One run at a time (a sweep's runs, each keeping its own state in cache): S x the S=1 step
@@ -114,17 +199,28 @@ def run(args, device: torch.device):
                 rows.append({"model": model, "norm": norm, "batch_size": batch, "members": size,
                              "separate_ms": 1e3 * min(got["separate"]), "packed_ms": 1e3 * min(got["packed"]),
                              "speedup": speedup, "speedup_vs_one_at_a_time": sequential,
-                             "traffic_bound_ms": 1e3 * bound, "params": params})
+                             "traffic_bound_ms": 1e3 * traffic_bound, "flop_bound_ms": 1e3 * flop_bound,
+                             "separate_over_bound": min(got["separate"]) / bound,
+                             "packed_over_bound": min(got["packed"]) / bound, "params": params,
+                             "bytes_per_member": traffic, "flops_per_member": flops})
                 table.append([f"{model}+{norm}", batch, size, f"{1e3 * min(got['separate']):.2f}",
                               f"{1e3 * min(got['packed']):.2f}", fmt_ratio(speedup), f"{sequential:.2f}",
-                              f"{1e3 * bound:.2f}" if model == "mlp" else "-"])
+                              f"{1e3 * traffic_bound:.2f} / {1e3 * flop_bound:.2f}",
+                              f"{min(got['separate']) / bound:.1f}", f"{min(got['packed']) / bound:.1f}"])
                 print(f"  packed {model}+{norm} b={batch} S={size}: {fmt_ratio(speedup)}x", flush=True)
-    text = ("### packed: S members in one step vs S separate steps\n\n"
-            f"Copy bandwidth {bandwidth / 1e9:.1f} GB/s (64 MB, read + write). Times are per step of all S "
-            "members (fastest round); speedup = separate / packed (median, range). The MLP's bound: "
-            f"{TOUCHES} touches x 4 bytes x parameters x S at that bandwidth. `vs one at a time`: S x the "
-            "S=1 separate step / packed, the baseline of runs trained one after another (each keeps its "
-            "own state in cache, where S models stepped in turn evict each other's).\n\n"
+    profiles = [line for model, norm in CASES for size in (1, max(sizes)) for line in op_profile(model, norm, size, device)]
+    text = ("### packed: S members in one step vs S separate steps, and the machine's limits\n\n"
+            f"Copy bandwidth {bandwidth / 1e9:.1f} GB/s (64 MB, read + write); matmul rate {flop_rate / 1e9:.0f} "
+            "GFLOP/s (1024 x 1024, float32). Times are per step of all S members (fastest round); speedup = "
+            "separate / packed (median, range). `vs one at a time`: S x the S=1 separate step / packed, the "
+            "baseline of runs trained one after another (each keeps its own state in cache, where S models "
+            "stepped in turn evict each other's). Bounds, for S members: traffic (parameters x "
+            f"{TOUCHES} touches, activations x {ACTIVATION_TOUCHES}, 4 bytes each, at the copy bandwidth) / FLOPs "
+            "(matmul and conv, forward and backward, at the matmul rate); `/ bound`: the step over the larger "
+            "of the two (1 = at the machine's limit).\n\n"
             + markdown_table(["model", "batch", "S", "separate ms", "packed ms", "speedup", "vs one at a time",
-                              "traffic bound ms"], table))
+                              "bound ms (traffic / FLOP)", "separate / bound", "packed / bound"], table)
+            + "\n\nWhere a batch-2 step's time goes (torch.profiler, self CPU time per step; S = 1: one model's "
+              f"step, S = {max(sizes)}: the pack's):\n\n"
+            + markdown_table(["model", "S", "op", "ms per step", "share", "calls per step"], profiles))
     return rows, text

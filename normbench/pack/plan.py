@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from normbench.config import Config, PackConfig, PackMode, split_seed
@@ -94,17 +95,37 @@ def member_values(values: Any, k: int) -> Any:
 PACK_LIMITS: dict[str, tuple[int, int | None]] = {"mlp": (64, None), "cnn": (8, 40), "rnn": (8, None)}
 
 
+# The same limits on CUDA, as scripts/gpu_check.sh derives them from `normbench bench --sections packed
+# --device cuda` (bench.packed.derive_limits): {"mlp": [max batch, max batch x members or null], ...}.
+CUDA_LIMITS_FILE = Path(__file__).with_name("cuda_limits.json")
+
+
+def pack_limits(device_type: str) -> dict[str, tuple[int, int | None]] | None:
+    """The measured limits for this kind of device: the CPU's above, CUDA's from CUDA_LIMITS_FILE when a
+    GPU bench has been checked in; None where nothing was measured."""
+    if device_type == "cpu":
+        return PACK_LIMITS
+    if device_type == "cuda" and CUDA_LIMITS_FILE.exists():
+        import json
+
+        return {k: (int(v[0]), None if v[1] is None else int(v[1]))
+                for k, v in json.loads(CUDA_LIMITS_FILE.read_text()).items()}
+    return None
+
+
 def packs_faster(cfg: Config, device_type: str = "cpu") -> bool:
     """Does `pack.mode=auto` pack this configuration on this kind of device (else its members run one
-    after another)? The limits above were measured on a CPU and decide only there. No GPU bench exists
-    yet: on CUDA (and MPS) every pack of two or more members trains packed, since there one small
-    kernel per member leaves most of the device idle, which packing exists to fill."""
+    after another)? Where the bench measured limits for the device (`pack_limits`), they decide; where
+    none were measured (a GPU without a checked-in table, MPS), every pack of two or more members trains
+    packed, since there one small kernel per member leaves most of the device idle, which packing exists
+    to fill."""
     size = group_size(cfg)  # with data.split=per_seed, the members of one seed
     if size < 2:
         return False
-    if device_type != "cpu":
+    limits = pack_limits(device_type)
+    if limits is None:
         return True
-    max_batch, max_samples = PACK_LIMITS.get(cfg.model.name, (0, None))
+    max_batch, max_samples = limits.get(cfg.model.name, (0, None))
     return cfg.batch_size <= max_batch and (max_samples is None or cfg.batch_size * size <= max_samples)
 
 
@@ -112,8 +133,8 @@ def mode_for(cfg: Config, device_type: str) -> PackMode:
     """`pack.mode`, with `auto` decided by `packs_faster`."""
     if cfg.pack.mode != PackMode.auto:
         return cfg.pack.mode
-    if device_type != "cpu" and group_size(cfg) > 1:
-        log.info("pack.mode=auto on %s packs %s together (the packing limits were measured on a CPU; set "
-                 "pack.mode=sequential to train members one after another)", device_type,
-                 "every member" if len(groups(cfg)) == 1 else "each seed's members")
+    if pack_limits(device_type) is None and group_size(cfg) > 1:
+        log.info("pack.mode=auto on %s packs %s together (no packing limits were measured on this kind of "
+                 "device: scripts/gpu_check.sh writes CUDA's; set pack.mode=sequential to train members one "
+                 "after another)", device_type, "every member" if len(groups(cfg)) == 1 else "each seed's members")
     return PackMode.packed if packs_faster(cfg, device_type) else PackMode.sequential

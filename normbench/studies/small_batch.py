@@ -26,12 +26,16 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from normbench import data, precise_bn
 from normbench.config import Config
 from normbench.data import augment
 from normbench.engine import PassClock, can_split_statistics, evaluate, split_statistics
 from normbench.members import Members
+from normbench.norms import registry
+from normbench.norms.batch_stats import BatchStatistics
+from normbench.norms.registry import TAG
 
 PRECISE_SAMPLES = precise_bn.DEFAULT_SAMPLES  # training images PreciseBN averages over (10k)
 TRAIN_SAMPLES = 5_000  # training images for the training-set accuracies
@@ -76,24 +80,55 @@ def precise_batches(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn
                     drop_last=True)
 
 
+def batch_free(model: nn.Module) -> bool:
+    """Does no module's output depend on the rest of its batch? Then every norm in training mode (dropout
+    off) computes, sample by sample, what eval mode computes: batch statistics equal running ones by
+    construction."""
+    nets = model.member_models if isinstance(model, Members) else (model,)
+    return not any(isinstance(m, (BatchStatistics, _BatchNorm))
+                   or (hasattr(m, TAG) and registry.get(getattr(m, TAG)[0]).batch_dependent)
+                   for net in nets for m in net.modules())
+
+
+def prefix_acc(correct: torch.Tensor, n: int) -> float | list[float]:
+    """Accuracy over the first `n` samples of a pass's per-sample hits ((N,), or (S, N): one per member)."""
+    acc = correct[..., :n].double().mean(-1)
+    return acc.item() if acc.dim() == 0 else acc.tolist()
+
+
+BY_CONSTRUCTION = "equal by construction: no norm depends on the batch, so batch statistics are the running ones"
+
+
 def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn=data.batches,
                 clock: PassClock | None = None) -> dict[str, Any]:
-    """The suite above. Batch statistics are taken at the training batch size (what the norm saw in
-    training), on the test set cut to a multiple of it; `batch_fn` makes the training batches that
-    PreciseBN averages over (the study's, not augmented); `clock` times each pass by its result's name."""
+    """The test pass and the suite above. Batch statistics are taken at the training batch size (what the
+    norm saw in training), on the test set cut to a multiple of it; `batch_fn` makes the training batches
+    that PreciseBN averages over (the study's, not augmented); `clock` times each pass by its result's name.
+    A model whose norms do not depend on the batch (`batch_free`) gets its batch-statistics numbers from
+    the eval-mode passes over the same samples instead of passes of their own; `eval_derived` says which."""
     clock = clock or PassClock()
     x, y, bs = splits.test_x, splits.test_y, cfg.batch_size
-    if bs > len(x):
-        return {"test_acc_train_mode": None, "test_acc_precise_bn": None}
     out: dict[str, Any] = {}
-    with clock("test_acc_train_mode"):
-        out["test_acc_train_mode"] = train_mode_acc(model, x, y, cfg)
+    with clock("test"):
+        out["test_loss"], out["test_acc"], correct = evaluate(model, data.batches(x, y, cfg.eval_batch_size),
+                                                              per_sample=True)
+    if bs > len(x):
+        return {**out, "test_acc_train_mode": None, "test_acc_precise_bn": None}
+    free = batch_free(model)
     n = min(TRAIN_SAMPLES, len(splits.train_x)) // bs * bs  # both modes on the same whole training batches
     tx, ty = splits.train_x[:n], splits.train_y[:n]
     with clock("train_acc"):
         out["train_acc"] = evaluate(model, data.batches(tx, ty, cfg.eval_batch_size))[1]
-    with clock("train_acc_train_mode"):
-        out["train_acc_train_mode"] = train_mode_acc(model, tx, ty, cfg)
+    if free:
+        out["test_acc_train_mode"] = prefix_acc(correct, len(x) // bs * bs)
+        out["train_acc_train_mode"] = out["train_acc"]
+        out["eval_derived"] = {"test_acc_train_mode": BY_CONSTRUCTION + " (test_acc's pass, cut to whole batches)",
+                               "train_acc_train_mode": BY_CONSTRUCTION + " (train_acc's pass)"}
+    else:
+        with clock("test_acc_train_mode"):
+            out["test_acc_train_mode"] = train_mode_acc(model, x, y, cfg)
+        with clock("train_acc_train_mode"):
+            out["train_acc_train_mode"] = train_mode_acc(model, tx, ty, cfg)
     out["test_acc_precise_bn"] = None
     if precise_bn.has_running_stats(model):
         trained = copy.deepcopy(model.state_dict())  # the reported model keeps its running statistics
@@ -103,8 +138,9 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn=dat
         try:
             with clock("test_acc_precise_bn"):
                 with split_statistics(model, bs) if split else contextlib.nullcontext():
-                    precise_bn.recompute_statistics(model, batches, PRECISE_SAMPLES)
+                    done = precise_bn.recompute_statistics(model, batches, PRECISE_SAMPLES)
                 out["test_acc_precise_bn"] = evaluate(model, data.batches(x, y, cfg.eval_batch_size))[1]
+            out["precise_bn_samples"] = done.samples  # training images its population statistics averaged
         finally:
             model.load_state_dict(trained)
     return out

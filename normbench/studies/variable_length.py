@@ -27,6 +27,7 @@ from normbench.data import varlen
 from normbench.engine import PassClock, eval_mode, evaluate
 from normbench.members import Members
 from normbench.norms.batch_stats import BatchStatistics
+from normbench.norms.registry import TAG
 from normbench.errors import UserError
 from normbench.studies import small_batch
 
@@ -92,17 +93,47 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, clock: PassC
                 out["test_acc_by_length_precise_bn_past"] = {
                     str(length): stretched_precise_bn(model, splits, cfg, length, keep_below=v.max_len)
                     for length in past}
+    derived = out.setdefault("eval_derived", {})
+    with clock("test_acc_mixed"):
+        _, out["test_acc_mixed"], correct = evaluate(model, varlen.padded_batches(x, y, mixed, ebs, value=value),
+                                                     per_sample=True)
+    if per_token(model, RUNNING_PER_TOKEN):  # padding past a sequence's end cannot reach its answer
+        out["test_acc_heavy_pad"] = out["test_acc_mixed"]
+        derived["test_acc_heavy_pad"] = PADDING_FREE + " (test_acc_mixed)"
+    else:
+        with clock("test_acc_heavy_pad"):
+            out["test_acc_heavy_pad"] = evaluate(model, varlen.padded_batches(x, y, mixed, ebs, v.heavy_pad,
+                                                                              value=value))[1]
     for name, pad in (("mixed", 1.0), ("heavy_pad", v.heavy_pad)):
-        with clock(f"test_acc_{name}"):
-            out[f"test_acc_{name}"] = evaluate(model, varlen.padded_batches(x, y, mixed, ebs, pad, value=value))[1]
+        if small_batch.batch_free(model) and per_token(model, PER_TOKEN):
+            out[f"test_acc_{name}_train_mode"] = small_batch.prefix_acc(correct, len(x) // bs * bs)
+            derived[f"test_acc_{name}_train_mode"] = small_batch.BY_CONSTRUCTION + "; " + PADDING_FREE + \
+                " (test_acc_mixed's pass, cut to whole batches)"
+            continue
         with clock(f"test_acc_{name}_train_mode"):
             out[f"test_acc_{name}_train_mode"] = evaluate(
                 model, varlen.padded_batches(x, y, mixed, bs, pad, drop_last=True, value=value), batch_stats=True)[1]
+    if not derived:
+        out.pop("eval_derived")
     with clock("padding_shift"):
         out["padding_shift"] = ([padding_shift(m, splits, cfg, mixed, value, seed)
                                  for m, seed in zip(model.unpacked(), model.seeds)] if isinstance(model, Members)
                                 else padding_shift(model, splits, cfg, mixed, value, cfg.seed))
     return out
+
+
+# Norms whose output at a token never reads another token (per token, or a reparameterized weight), and,
+# in eval mode, BN and Batch Renorm too (affine maps of their running statistics). In a causal RNN that
+# classifies from each sequence's last real step, padding after it then cannot change the answer.
+PER_TOKEN = frozenset({"ln", "rms", "gn", "frn", "wn", "cn"})
+RUNNING_PER_TOKEN = PER_TOKEN | {"bn", "brn"}
+PADDING_FREE = "padding after a sequence's last real step cannot reach its answer (a causal RNN, norms per token)"
+
+
+def per_token(model: nn.Module, names: frozenset[str]) -> bool:
+    """Is every norm layer of the model (of each member of a pack) one of `names`?"""
+    nets = model.member_models if isinstance(model, Members) else (model,)
+    return all(getattr(m, TAG)[0] in names for net in nets for m in net.modules() if hasattr(m, TAG))
 
 
 def stretched_precise_bn(model: nn.Module, splits: data.Splits, cfg: Config, length: int,

@@ -1,0 +1,70 @@
+"""Evaluation that costs little computes the same numbers: the passes a model's norms make equal by
+construction (batch statistics of batch-free norms, padding past a causal RNN's last real step) are
+derived from the eval-mode passes; the reference is the full suite with every pass run, in float64."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from normbench import data, models, norms
+from normbench.config import ModelConfig, VarLenConfig
+from normbench.studies import small_batch, variable_length
+
+
+@pytest.fixture
+def float64():
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(torch.float32)
+
+
+def _full_suite(monkeypatch):
+    """The suite with no pass derived: every number from a pass of its own (today's reference)."""
+    monkeypatch.setattr(small_batch, "batch_free", lambda model: False)
+    monkeypatch.setattr(variable_length, "per_token", lambda model, names: False)
+
+
+def _numbers(out: dict) -> dict:
+    return {k: v for k, v in out.items() if k != "eval_derived"}
+
+
+@pytest.mark.parametrize("norm, derived", [("ln", True), ("gn", True), ("none", True), ("bn", False)])
+def test_small_batch_suite_unchanged(tiny_cfg, float64, monkeypatch, norm, derived):
+    """Reference: the full suite on the same trained-from-init model in float64: a batch-free model's
+    test_acc_train_mode and train_acc_train_mode come from the eval-mode passes and equal the passes they
+    replace exactly; a BN model runs them (nothing derived)."""
+    splits = data.load(tiny_cfg.data, torch.device("cpu"))
+    torch.manual_seed(0)
+    net = models.create(tiny_cfg.model, norms.factory(norm), splits.shape, 10).eval()
+    cheap = small_batch.evaluations(net, splits, replace(tiny_cfg, batch_size=7))
+    assert ("eval_derived" in cheap) == derived
+    with monkeypatch.context() as m:
+        _full_suite(m)
+        full = small_batch.evaluations(net, splits, replace(tiny_cfg, batch_size=7))
+    assert _numbers(cheap) == _numbers(full)
+
+
+@pytest.mark.parametrize("norm, placement", [("ln", "output"), ("rms", "output"), ("ln", "recurrent"),
+                                             ("bn", "output")])
+def test_variable_length_suite_unchanged(tiny_cfg, float64, monkeypatch, norm, placement):
+    """Reference: the full variable-length suite in float64 on the same model: heavy padding's running-
+    statistics accuracy equals the mixed test's (a causal RNN, per-token norms in eval mode: BN too), and a
+    batch-free model's batch-statistics columns equal its eval-mode ones; every number as the full suite's."""
+    vl = VarLenConfig(enabled=True, min_len=6, max_len=10, test_lengths=[8, 10, 14], heavy_pad=2.5)
+    cfg = replace(tiny_cfg, model=ModelConfig(name="rnn", hidden=12, placement=placement), varlen=vl, batch_size=8)
+    splits = data.load(cfg.data, torch.device("cpu"))
+    torch.manual_seed(0)
+    net = models.create(cfg.model, norms.factory(norm), splits.shape, 10).train()
+    for x, y, lengths in variable_length.train_batches(cfg)(splits.train_x, splits.train_y, 8, shuffle=True,
+                                                            generator=torch.Generator().manual_seed(0)):
+        net(x, lengths)  # running statistics for BN
+    net.eval()
+    cheap = variable_length.evaluations(net, splits, cfg)
+    assert "test_acc_heavy_pad" in cheap["eval_derived"]
+    assert ("test_acc_mixed_train_mode" in cheap["eval_derived"]) == (norm != "bn")
+    with monkeypatch.context() as m:
+        _full_suite(m)
+        full = variable_length.evaluations(net, splits, cfg)
+    assert "eval_derived" not in full
+    assert _numbers(cheap) == _numbers(full)
