@@ -19,7 +19,7 @@ from normbench.config import flatten
 from normbench.tables import Summary, relative
 
 CSS = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1360px;
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1320px;
        padding: 0 1rem; color: #1d1d1f; }
 h1 { font-size: 1.5rem; } h2 { font-size: 1.15rem; margin-top: 2.2rem; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: .6rem 0; font-variant-numeric: tabular-nums; }
@@ -35,8 +35,10 @@ code, pre { font: 12px ui-monospace, "DejaVu Sans Mono", monospace; background: 
 pre { padding: .6rem; overflow-x: auto; white-space: pre-wrap; }
 dl.kv { display: grid; grid-template-columns: max-content 1fr; gap: .2rem 1rem; }
 dl.kv dt { font-weight: 600; }
-div.first { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1.15fr); gap: 1.5rem; align-items: start; }
-div.first table { font-size: 12px; } div.first th, div.first td { padding: .15rem .4rem; white-space: normal; }
+div.first { display: grid; grid-template-columns: minmax(0, 1.25fr) minmax(0, 1fr); gap: 1.5rem; align-items: start; }
+div.first table { font-size: 11.5px; line-height: 1.25; }
+div.first th, div.first td { padding: .1rem .35rem; white-space: nowrap; }
+div.first td:first-child { white-space: normal; }
 div.first h2 { margin-top: .4rem; } div.first figure { margin: 0; }
 td.v-held { color: #1b5e20; font-weight: 700; } td.v-refuted { color: #b71c1c; font-weight: 700; }
 td.v-inconclusive { color: #8d6e00; }
