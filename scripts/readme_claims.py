@@ -59,8 +59,8 @@ def section(results: Path = RESULTS) -> str:
     if run:
         lines += [f"Verdicts from `{run['command']}` at git {run['git_sha']} ({run['date']}, {run['wall_s']:,} s on "
                   f"{run['cores']} cores), summarized as one family (Holm over the {2 * len(tested)} hypotheses of its {len(tested)} claims) into "
-                  f"[docs/results/summary.json](docs/results/summary.json). Points: a − b in percentage points, "
-                  f"mean [95% t-interval] over the pairs (seeds).", ""]
+                  f"[docs/results/summary.json](docs/results/summary.json). a − b: mean [95% t-interval] over the "
+                  f"pairs (seeds), in percentage points for accuracies (a metric's own unit otherwise).", ""]
     else:
         lines += ["No run of the current study designs is checked in yet (docs/results/): the claims below are "
                   "declared, not yet tested.", ""]
@@ -86,8 +86,9 @@ def current(readme: str) -> str:
 
 
 def record(out: Path) -> None:
-    """Check the reproduce run in `out` into docs/results/: its joint summary.json and claims.csv, and
-    run.json (git sha, command, date, wall time from out/timing.txt)."""
+    """Check the reproduce run in `out` into docs/results/: its joint summary.json, claims.csv and
+    summary.md, run.json (git sha, command, date, wall time from out/timing.txt) and claims.md (the
+    README's section)."""
     src = out / "summary"
     if not (src / "summary.json").exists():
         raise SystemExit(f"readme_claims.py: no {src / 'summary.json'}; run scripts/reproduce.sh first")
@@ -102,6 +103,7 @@ def record(out: Path) -> None:
            if (out / "date.txt").exists() else "", "wall_s": int(total.split()[1]),
            "cores": int(total.split(" on ")[1].split()[0]), "timing": timing}
     (RESULTS / "run.json").write_text(json.dumps(run, indent=2) + "\n")
+    (RESULTS / "claims.md").write_text("# The declared claims and their verdicts\n\n" + section() + "\n")
 
 
 def main(argv: list[str]) -> int:
