@@ -12,11 +12,12 @@ import functools
 import logging
 import os
 import signal
+import shlex
 import sys
 import traceback
 from pathlib import Path
 
-from normbench.errors import UserError
+from normbench.errors import TasksFailed, UserError
 
 USAGE = """\
 usage: normbench <command> [args]
@@ -249,6 +250,14 @@ def _exit_status(e: BaseException, task: _Task, overrides: list[str], debug: boo
         print(f"normbench: interrupted ({name}); finished epochs are kept in checkpoint.pt: rerun the same "
               f"command with {task.again}", file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
+    if isinstance(e, TasksFailed):  # a cluster sweep, after every task ended: one line per task that died
+        kept = [o for o in overrides if not o.startswith(("hydra.sweep.dir=", "resume=", "-m", "--multirun"))]
+        again = shlex.join(["normbench", "train", "-m", *kept, "resume=true", f"hydra.sweep.dir={e.sweep_dir}"])
+        for index, job_id, state, task_overrides, why in e.tasks:
+            print(f"normbench: error: task {index} (SLURM job {job_id}, state: {state}; {' '.join(task_overrides)}) "
+                  f"did not complete: {why}; the sweep's other tasks have ended; continue the unfinished runs "
+                  f"from their checkpoints with: {again}", file=sys.stderr)
+        return 1
     if type(e).__name__ == "UncompletedJobError":  # submitit: a SLURM task was killed before its result
         print(f"normbench: error: {' '.join(str(e).splitlines()[:2])}; the sweep's other runs go on (squeue); "
               "rerun the same command with resume=true and the same hydra.sweep.dir to continue the "

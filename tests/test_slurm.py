@@ -178,6 +178,7 @@ def killed_sweep(cluster, data_root, tmp_path_factory):
         (run0,) = sweep.glob("*,job0")
         at_kill = torch.load(run0 / "checkpoint.pt", map_location="cpu", weights_only=True)
         out, err = proc.communicate(timeout=240)
+        TIMINGS["returned at (epoch s)"] = returned = time.time()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -187,7 +188,7 @@ def killed_sweep(cluster, data_root, tmp_path_factory):
     t1 = time.monotonic()
     wait_queue_empty()
     TIMINGS["remaining tasks done, after"] = took + time.monotonic() - t1
-    return sweep, args, subprocess.CompletedProcess(proc.args, proc.returncode, out, err), took, at_kill
+    return sweep, args, subprocess.CompletedProcess(proc.args, proc.returncode, out, err), took, at_kill, returned
 
 
 def test_killed_task_ends_the_sweep_as_failed(killed_sweep, tmp_path):
@@ -195,12 +196,15 @@ def test_killed_task_ends_the_sweep_as_failed(killed_sweep, tmp_path):
     (normbench/runner.py writes results.json as failed/unfinished before training, so a process killed
     with SIGKILL leaves that). The sweep command returns within a bounded time, in one line that says
     how to continue, the three other runs complete, and summarize lists the killed run as a problem."""
-    sweep, _, r, took, at_kill = killed_sweep
+    sweep, _, r, took, at_kill, returned = killed_sweep
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
     (line,) = [x for x in r.stderr.splitlines() if x.startswith("normbench: error:")]
-    assert "(task: 0)" in line and "state: FAILED" in line and "resume=true" in line
+    assert "task 0 (SLURM job" in line and "state: FAILED" in line and "resume=true" in line
+    assert f"hydra.sweep.dir={sweep}" in line
     assert took < 240
+    # the sweep waited for every task (hydra-submitit alone returned at the first dead one, issue 24)
+    assert max(end for _, _, end in array_tasks(sweep).values()) <= returned + 1
     assert 1 <= at_kill["loop"]["epochs_done"] < 8  # killed mid-run, after a checkpoint
 
     runs = results(sweep)
@@ -226,7 +230,7 @@ def test_resume_skips_finished_runs_and_continues_the_killed_one(killed_sweep, t
     runner says "already finished" in their SLURM logs) and the killed run continues from checkpoint.pt:
     its first epochs are the checkpoint's, timings included (a run started over would have measured new
     ones), and it completes all 8."""
-    sweep, args, _, _, at_kill = killed_sweep
+    sweep, args, _, _, at_kill, _ = killed_sweep
     before = {p.parent.name: p.read_bytes() for p in sweep.glob("*/results.json")}
     t0 = time.monotonic()
     r = normbench_cli("train", "-m", *args, "resume=true", cwd=tmp_path, env=ENV, timeout=240)
