@@ -138,8 +138,6 @@ class StepNorm(nn.Module):
         module = self.at(step)
         if not self.training and not module.training and type(module) in _RUNNING_AFFINE:
             return _running_affine(module, x, mask)
-        if self.per_step and self.training:
-            self._count(step, x.shape[0] if mask is None else mask.sum())
         if self.per_step and not self.training and module.training and step >= self.trained_steps:
             # Only PreciseBN puts the norms alone in training mode: a step past the trained ones has no
             # statistics of its own to re-estimate, so it reads the last step's rather than overwrite them.
@@ -150,13 +148,15 @@ class StepNorm(nn.Module):
                 module.train()
         return module(x.unsqueeze(1), mask).squeeze(1)
 
-    def _count(self, step: int, n) -> None:
-        """Step `step` of one training batch took `n` real samples (a tensor: no host sync)."""
-        n = torch.as_tensor(n, device=self.samples_per_step.device)
-        self.samples_per_step[step] += n
-        self.batches_per_step[step] += (n > 0).long()
-        fewest = self.min_samples_per_step[step]
-        self.min_samples_per_step[step] = torch.where(n > 0, torch.minimum(fewest, n), fewest)
+    def count(self, counts: torch.Tensor) -> None:
+        """One training batch's real samples at each of its steps, (T,): folded into the counts at once
+        (the layer calls this after its steps, so counting adds a few ops a batch, not a few a step)."""
+        k = counts.numel()
+        reached = counts > 0
+        self.samples_per_step[:k] += counts
+        self.batches_per_step[:k] += reached
+        fewest = self.min_samples_per_step[:k]
+        fewest.copy_(torch.where(reached, torch.minimum(fewest, counts), fewest))
 
     def at(self, step: int) -> nn.Module:
         if not self.per_step or step == 0:
@@ -326,6 +326,12 @@ class SteppedRecurrent(nn.Module):
                 m = None if mask is None else mask[:, t:t + 1]
                 h, c = self._step(xs[t], h, c, m, t)
                 outs.append(h)
+        if self.training:  # what each step's batch statistics took: the per-step norms' counts
+            counts = (mask[:, :steps].sum(0) if mask is not None
+                      else torch.full((steps,), n, dtype=torch.long, device=seq.device))
+            for norm in (self.norm_x, self.norm_h, self.norm_c):
+                if norm is not None and norm.per_step:
+                    norm.count(counts)
         out = torch.stack(outs, 1)
         if steps < seq.shape[1]:
             out = torch.cat([out, out.new_zeros(n, seq.shape[1] - steps, self.hidden)], 1)

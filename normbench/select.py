@@ -88,8 +88,10 @@ def kept_by(chosen: dict[tuple, Choice], run: Run, labels: dict, key: str) -> bo
     if c is None:
         return False
     seed = int(run.config.get("seed", 0))
-    return seed in c.per_seed and run.config.get(key) == c.per_seed[seed] or \
-        (seed not in c.per_seed and run.status != "completed" and run.config.get(key) in c.per_seed.values())
+    if seed in c.per_seed:
+        return run.config.get(key) == c.per_seed[seed]
+    # a seed with no validation accuracy in the cell (it diverged or failed at every value): at a chosen value
+    return run.status != "completed" and run.config.get(key) in c.per_seed.values()
 
 
 def annotate(tables: list[Table], chosen: dict[tuple, Choice], key: str) -> None:

@@ -23,6 +23,8 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a checkout without installing
+from normbench import claims, report  # noqa: E402
 EXPERIMENTS = REPO / "normbench" / "configs" / "experiment"
 RESULTS = REPO / "docs" / "results"
 README = REPO / "README.md"
@@ -42,10 +44,9 @@ def _pts(v: float | None, scale: float) -> str:
     return "" if v is None else f"{scale * v:+.1f}"
 
 
-def _hypothesis(c: dict) -> str:
-    m = f"{float(c.get('margin', 0.0)):g}"
-    expect = c["expect"]
-    return f"\\|a − b\\| < {m}" if expect == "equivalent" else f"a − b {'>' if expect == 'greater' else '<'} {m}"
+def _hypothesis(claim: claims.Claim) -> str:
+    """summarize's wording of the hypothesis, its bars escaped for a Markdown table."""
+    return report.hypothesis(claim).replace("|", "\\|")
 
 
 def section(results: Path = RESULTS) -> str:
@@ -66,15 +67,15 @@ def section(results: Path = RESULTS) -> str:
                   "declared, not yet tested.", ""]
     lines += ["| study | claim | hypothesis (points) | pairs | a − b [95% CI] | p (Holm) | exact p (Holm) | verdict |",
               "|---|---|---|---|---|---|---|---|"]
-    for study, c in declared():
-        t = tested.get((study, c["name"]))
+    for study, raw in declared():
+        c = claims.parse([raw], study, study)[0]  # the claim as summarize reads it: its wording, its unit
+        t = tested.get((study, c.name))
         if t is None:
-            lines.append(f"| {study} | {c['name']} | {_hypothesis(c)} | | | | | not in the checked-in run |")
+            lines.append(f"| {study} | {c.name} | {_hypothesis(c)} | | | | | not in the checked-in run |")
             continue
-        scale = 100.0 if "acc" in str(c["a"].get("metric", c.get("metric", "test_acc"))) else 1.0
-        ci = f" [{_pts(t['ci_low'], scale)}, {_pts(t['ci_high'], scale)}]" if t["ci_low"] is not None else ""
+        ci = f" [{_pts(t['ci_low'], c.scale)}, {_pts(t['ci_high'], c.scale)}]" if t["ci_low"] is not None else ""
         p = lambda v: "" if v is None else f"{v:.2g}"  # noqa: E731
-        lines.append(f"| {study} | {c['name']} | {_hypothesis(c)} | {t['n']} | {_pts(t['estimate'], scale)}{ci} | "
+        lines.append(f"| {study} | {c.name} | {_hypothesis(c)} | {t['n']} | {_pts(t['estimate'], c.scale)}{ci} | "
                      f"{p(t['p_holm'])} | {p(t.get('p_exact_holm'))} | **{t['verdict']}** |")
     return "\n".join(lines)
 

@@ -72,7 +72,8 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, clock: PassC
         return out
     gen = torch.Generator().manual_seed(v.test_seed)
     mixed = varlen.random_lengths(len(x), v.min_len, v.max_len, gen).to(x.device)
-    value = varlen.background(splits.train_x) if v.pad_value == "background" else 0.0
+    background = varlen.background(splits.train_x)
+    value = background if v.pad_value == "background" else 0.0
     past = [length for length in (v.precise_bn_lengths or v.test_lengths) if length >= v.max_len]
     with clock("test_acc_by_length"):
         out["test_acc_by_length"] = {
@@ -81,8 +82,8 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, clock: PassC
     with clock("test_acc_by_length_background"):  # the second manipulation: background rows after the image
         rows = x.shape[2]
         out["test_acc_by_length_background"] = {
-            str(length): evaluate(model, varlen.background_rows(length, varlen.background(splits.train_x))(
-                x, y, ebs))[1] for length in v.test_lengths if length > rows
+            str(length): evaluate(model, varlen.background_rows(length, background)(x, y, ebs))[1]
+            for length in v.test_lengths if length > rows
         }
     if precise_bn.has_running_stats(model):
         with clock("test_acc_by_length_precise_bn"):
@@ -104,8 +105,9 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, clock: PassC
         with clock("test_acc_heavy_pad"):
             out["test_acc_heavy_pad"] = evaluate(model, varlen.padded_batches(x, y, mixed, ebs, v.heavy_pad,
                                                                               value=value))[1]
+    padding_free = small_batch.batch_free(model) and per_token(model, PER_TOKEN)  # batch statistics too
     for name, pad in (("mixed", 1.0), ("heavy_pad", v.heavy_pad)):
-        if small_batch.batch_free(model) and per_token(model, PER_TOKEN):
+        if padding_free:
             out[f"test_acc_{name}_train_mode"] = small_batch.prefix_acc(correct, len(x) // bs * bs)
             derived[f"test_acc_{name}_train_mode"] = small_batch.BY_CONSTRUCTION + "; " + PADDING_FREE + \
                 " (test_acc_mixed's pass, cut to whole batches)"
