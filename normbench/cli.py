@@ -17,6 +17,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from normbench import interrupts
 from normbench.errors import TasksFailed, UserError
 
 USAGE = """\
@@ -49,10 +50,6 @@ def _fail(e: BaseException, debug: bool, code: int = 2) -> int:
         traceback.print_exception(e)
     print(f"normbench: error: {e}", file=sys.stderr)
     return code
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a cluster preempting the job) stops a run like Ctrl-C: results.json says so."""
 
 
 class JobFailed(Exception):
@@ -93,10 +90,6 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("nb.pid", os.getpid, use_cache=True)
     if not OmegaConf.has_resolver("nb.sweep_subdir"):
         OmegaConf.register_new_resolver("nb.sweep_subdir", _sweep_subdir)
-
-
-def _on_sigterm(signum, frame):
-    raise Terminated("SIGTERM")
 
 
 def _run_dir_error(e: OSError, debug: bool) -> int:
@@ -222,7 +215,8 @@ def _hydra_train(argv: list[str]) -> int:
 
     # Hydra raises instead of printing its multi-line report; the handlers below say it in one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    # Ctrl-C, and SIGTERM (a `kill`, a container stop) alike: the run stops at its next step, checkpointed
+    interrupts.install([signal.SIGINT, signal.SIGTERM])
     sys.argv = ["normbench train", *argv]
     try:
         cli_errors.check_added_keys(overrides)
@@ -246,10 +240,12 @@ def _exit_status(e: BaseException, task: _Task, overrides: list[str], debug: boo
         print(f"normbench: error: {e.message}", file=sys.stderr)
         return e.code
     if isinstance(e, KeyboardInterrupt):
-        name = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
-        print(f"normbench: interrupted ({name}); finished epochs are kept in checkpoint.pt: rerun the same "
-              f"command with {task.again}", file=sys.stderr)
-        return 143 if isinstance(e, Terminated) else 130
+        stop = e if isinstance(e, interrupts.Interrupted) else interrupts.Interrupted("SIGINT")
+        where = (f"at step {stop.step}, kept in checkpoint.pt" if stop.step is not None else
+                 "checkpoint.pt keeps the last finished epoch")
+        print(f"normbench: interrupted ({stop.signal}) {where}: rerun the same command with {task.again}",
+              file=sys.stderr)
+        return interrupts.exit_status(stop)
     if isinstance(e, TasksFailed):  # a cluster sweep, after every task ended: one line per task that died
         kept = [o for o in overrides if not o.startswith(("hydra.sweep.dir=", "resume=", "-m", "--multirun"))]
         again = shlex.join(["normbench", "train", "-m", *kept, "resume=true", f"hydra.sweep.dir={e.sweep_dir}"])

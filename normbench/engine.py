@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normbench import norms
+from normbench import interrupts, norms
 from normbench.config import Config
 from normbench.data import Splits, batches
 from normbench.errors import UserError
@@ -204,6 +204,7 @@ class FitResult:
     diverged_step: int | None = None
     first_grad_ratio: float | None = None  # ||dL/dW|| / ||W|| of the first weight matrix at the first step
     val_seconds: float = 0.0  # time in the per-epoch validation passes (a pack's members share them)
+    resumed_at_step: list[int] = field(default_factory=list)  # each step this training resumed from
 
     @property
     def train_samples_per_s(self) -> float:
@@ -215,6 +216,7 @@ class LoopState:
     """Where the loop is, shared by every member: a diverged member stops counting, the loop does not."""
     steps: int = 0
     epochs_done: int = 0
+    epoch_steps: int = 0  # steps into the epoch in progress (a checkpoint taken mid-epoch, at a signal)
 
 
 def plan_steps(cfg: Config, n_train: int) -> tuple[int, int]:
@@ -268,8 +270,10 @@ def train(model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list, 
     `data.batches`' signature; a study may pass its own (augmented, or padded to random lengths).
 
     With `checkpoint`, the full state (model, optimizer, RNGs, loop and members) is saved atomically after
-    every epoch; `resume=True` continues from it, bit-identical on CPU to an unbroken run, and never
-    trains past the run's total steps (a run stopped after its last step trains nothing more).
+    every epoch, and at the step boundary where a signal stops the loop (`normbench.interrupts`: it then
+    raises `Interrupted` with that step). `resume=True` continues from it, bit-identical on CPU to an
+    unbroken run (mid-epoch: the epoch's batches are drawn again from its start and the ones already
+    trained skipped), and never trains past the run's total steps.
     """
     cfg, size = cfgs[0], len(cfgs)
     packed = isinstance(model, Members)
@@ -293,65 +297,91 @@ def train(model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list, 
         losses = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(size, -1).mean(1)
         return losses.sum(), losses
 
-    for epoch in range(state.epochs_done, epochs):
-        if state.steps >= total_steps or not _live(outs):  # resumed after its last step: nothing left to train
-            break
-        model.train()
-        window, clock = _Window(), _Clock(outs, cfg.batch_size)
-        epoch_batches = (model.member_batches(batch_fn, splits.train_x, splits.train_y, cfg.batch_size, shuffles)
-                         if packed else batch_fn(splits.train_x, splits.train_y, cfg.batch_size, shuffle=True,
-                                                 generator=shuffles[0], drop_last=True))
-        # closed as the loop leaves it, before validation: a pack's stream then forgets its members' lengths
-        with contextlib.closing(epoch_batches):
-            for x, y, lengths in epoch_batches:
-                lrs = [lr_at(state.steps) for lr_at in schedules]
-                set_lrs(opt, lrs)
-                with autocast:
-                    logits = forward(x, lengths)
-                    total, losses = losses_of(logits, y)
-                opt.zero_grad(set_to_none=True)
-                total.backward()
-                if state.steps == 0:  # how hard the first step pulls on the input layer (one host sync)
-                    for out, ratio in zip(outs, first_grad_ratios(model)):
-                        out.first_grad_ratio = ratio
-                opt.step()
-                window.add(losses, logits, y)
-                state.steps += 1
-                last = state.steps >= total_steps
-                if len(window.items) == cfg.log_every or last:
-                    _log(window, clock, outs, trackers, state.steps, lrs)
-                    if not _live(outs):
+    with interrupts.stoppable():
+        for epoch in range(state.epochs_done, epochs):
+            if state.steps >= total_steps or not _live(outs):  # resumed after its last step: nothing left to train
+                break
+            model.train()
+            window, clock = _Window(), _Clock(outs, cfg.batch_size)
+            at_start = [g.get_state() for g in shuffles]  # a mid-epoch checkpoint's: the epoch is drawn again
+            epoch_batches = (model.member_batches(batch_fn, splits.train_x, splits.train_y, cfg.batch_size, shuffles)
+                             if packed else batch_fn(splits.train_x, splits.train_y, cfg.batch_size, shuffle=True,
+                                                     generator=shuffles[0], drop_last=True))
+            # closed as the loop leaves it, before validation: a pack's stream then forgets its members' lengths
+            with contextlib.closing(epoch_batches):
+                for _ in itertools.islice(epoch_batches, state.epoch_steps):  # resumed mid-epoch: trained already
+                    pass
+                for x, y, lengths in epoch_batches:
+                    lrs = [lr_at(state.steps) for lr_at in schedules]
+                    set_lrs(opt, lrs)
+                    with autocast:
+                        logits = forward(x, lengths)
+                        total, losses = losses_of(logits, y)
+                    opt.zero_grad(set_to_none=True)
+                    total.backward()
+                    if state.steps == 0:  # how hard the first step pulls on the input layer (one host sync)
+                        for out, ratio in zip(outs, first_grad_ratios(model)):
+                            out.first_grad_ratio = ratio
+                    opt.step()
+                    window.add(losses, logits, y)
+                    state.steps += 1
+                    state.epoch_steps += 1
+                    last = state.steps >= total_steps
+                    if len(window.items) == cfg.log_every or last:
+                        _log(window, clock, outs, trackers, state.steps, lrs)
+                        if not _live(outs):
+                            break
+                    if last:
                         break
-                if last:
-                    break
-        if window.items and _live(outs):  # the epoch's last, partial window
-            _log(window, clock, outs, trackers, state.steps, lrs)
-        clock.lap(_live(outs), 0)  # the tail after the last log: time only
-        if not _live(outs):
-            break
+                    if interrupts.pending() is not None:  # a signal: the run stops at this step, checkpointed
+                        _stop(window, clock, outs, trackers, state, lrs, None if checkpoint is None else
+                              lambda: save_checkpoint(checkpoint, model, opt, at_start, state, outs))
+            if window.items and _live(outs):  # the epoch's last, partial window
+                _log(window, clock, outs, trackers, state.steps, lrs)
+            clock.lap(_live(outs), 0)  # the tail after the last log: time only
+            if not _live(outs):
+                break
 
-        started = time.perf_counter()
-        val_losses, val_accs = evaluate(model if packed else forward,
-                                        batches(splits.val_x, splits.val_y, cfg.eval_batch_size))
-        for k in _live(outs):
-            outs[k].val_seconds += time.perf_counter() - started
-        if not packed:
-            val_losses, val_accs = [val_losses], [val_accs]
-        state.epochs_done = epoch + 1
-        for k in _live(outs):
-            out = outs[k]
-            out.steps, out.epochs_done = state.steps, state.epochs_done
-            metrics = {"step": state.steps, "loss/val": val_losses[k], "acc/val": val_accs[k],
-                       "train_samples_per_s": out.train_samples_per_s}
-            out.history.append({"epoch": out.epochs_done, **metrics})
-            trackers[k].epoch(out.epochs_done, metrics)
-            if not math.isfinite(val_losses[k]):
-                out.status, out.diverged_step = "diverged", state.steps
-        if checkpoint is not None:
-            save_checkpoint(checkpoint, model, opt, shuffles, state, outs)
+            started = time.perf_counter()
+            val_losses, val_accs = evaluate(model if packed else forward,
+                                            batches(splits.val_x, splits.val_y, cfg.eval_batch_size))
+            for k in _live(outs):
+                outs[k].val_seconds += time.perf_counter() - started
+            if not packed:
+                val_losses, val_accs = [val_losses], [val_accs]
+            state.epochs_done, state.epoch_steps = epoch + 1, 0
+            for k in _live(outs):
+                out = outs[k]
+                out.steps, out.epochs_done = state.steps, state.epochs_done
+                metrics = {"step": state.steps, "loss/val": val_losses[k], "acc/val": val_accs[k],
+                           "train_samples_per_s": out.train_samples_per_s}
+                out.history.append({"epoch": out.epochs_done, **metrics})
+                trackers[k].epoch(out.epochs_done, metrics)
+                if not math.isfinite(val_losses[k]):
+                    out.status, out.diverged_step = "diverged", state.steps
+            if checkpoint is not None:
+                save_checkpoint(checkpoint, model, opt, [g.get_state() for g in shuffles], state, outs)
+                if interrupts.pending() is not None:  # asked during validation: the epoch's checkpoint holds it
+                    raise interrupts.pending().at(state.steps)
     if packed:
         model.unpacked()  # every member model holds its trained state
     return outs
+
+
+def _stop(window: "_Window", clock: "_Clock", outs: list[FitResult], trackers: list, state: LoopState,
+          lrs: list[float], save) -> None:
+    """A signal asked the loop to stop: report the steps since the last log, save the checkpoint at this
+    step (`save()`), and raise the interruption with the step (with no checkpoint to save, without)."""
+    stop = interrupts.pending()
+    if window.items:
+        _log(window, clock, outs, trackers, state.steps, lrs)
+    clock.lap(_live(outs), 0)
+    if save is None:
+        raise stop
+    for k in _live(outs):
+        outs[k].steps = state.steps
+    save()
+    raise stop.at(state.steps)
 
 
 def first_grad_ratios(model: nn.Module) -> list[float]:
@@ -427,21 +457,22 @@ def accelerate(model: nn.Module, cfg: Config, device: torch.device):
     return forward, autocast
 
 
-CHECKPOINT_FORMAT = 2  # 1: before one loop served runs and packs (read below)
+CHECKPOINT_FORMAT = 3  # 2: epoch boundaries only; 1: before one loop served runs and packs (both read below)
 
 
-def save_checkpoint(path: Path, model, opt, shuffles: list[torch.Generator], state: LoopState,
+def save_checkpoint(path: Path, model, opt, shuffles: list[torch.Tensor], state: LoopState,
                     outs: list[FitResult]) -> None:
-    """The full training state, atomically: model, optimizer, torch's RNGs, each member's batch generator,
-    where the loop is and what each member has done. No scheduler state: the learning rate is a function
-    of the step."""
+    """The full training state, atomically: model, optimizer, torch's RNGs, each member's batch generator
+    as it was at the start of the epoch in progress (`shuffles`: their states; at an epoch's end, the next
+    one's start), where the loop is (`state.epoch_steps` batches into that epoch) and what each member has
+    done. No scheduler state: the learning rate is a function of the step."""
     from normbench.results import atomic_write_bytes
 
     blob = {
         "format": CHECKPOINT_FORMAT, "model": model.state_dict(), "optimizer": opt.state_dict(),
         "rng": {"torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                "shuffles": [g.get_state() for g in shuffles]},
+                "shuffles": list(shuffles)},
         "loop": dict(state.__dict__), "members": [dict(o.__dict__) for o in outs],
     }
     atomic_write_bytes(path, lambda f: torch.save(blob, f))
@@ -461,15 +492,18 @@ def load_checkpoint(path: Path, model, opt, shuffles: list[torch.Generator]) -> 
         torch.cuda.set_rng_state_all(blob["rng"]["cuda"])
     for g, s in zip(shuffles, blob["rng"]["shuffles"]):
         g.set_state(s)
-    return LoopState(**blob["loop"]), [FitResult(**m) for m in blob["members"]]
+    state, outs = LoopState(**blob["loop"]), [FitResult(**m) for m in blob["members"]]
+    for out in outs:
+        out.resumed_at_step = [*out.resumed_at_step, state.steps]
+    return state, outs
 
 
 def _current(blob: dict, path: Path) -> dict:
-    """A checkpoint in today's format. Format 1 (no "format" key) kept a run's loop state in its one
+    """A checkpoint in today's format. Format 2 is today's at epoch boundaries. Format 1 (no "format" key) kept a run's loop state in its one
     member, and a pack's in member 0, which stops counting when it diverges: the loop's state is then the
     furthest any member got (a live member's), which is where the pack was."""
     version = blob.get("format", 1)
-    if version == CHECKPOINT_FORMAT:
+    if version in (2, CHECKPOINT_FORMAT):  # 2 lacks what 3 adds (epoch_steps, resumed_at_step): defaults
         return blob
     if version != 1:
         raise UserError(f"{path} was written by a newer normbench (checkpoint format {version})",

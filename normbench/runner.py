@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from normbench import cells, data, engine, guards, models, norms, probe, studies
+from normbench import cells, data, engine, guards, interrupts, models, norms, probe, studies
 from normbench.config import Config, NormConfig, PackMode, split_seed, to_dict
 from normbench.engine import pick_device
 from normbench.errors import UserError
@@ -120,6 +120,7 @@ def record_fit(results: dict[str, Any], fitted: engine.FitResult, model: torch.n
         train_samples_per_s=fitted.train_samples_per_s, history=fitted.history,
         val_acc=fitted.history[-1]["acc/val"] if fitted.history else None,
         diverged_step=fitted.diverged_step, train_s=fitted.train_seconds,
+        resumed_at_step=fitted.resumed_at_step,  # each step an interrupted training continued from
         first_layer_grad_ratio=fitted.first_grad_ratio,  # ||dL/dW|| / ||W||, first weight matrix, first step
         eval_s=fitted.val_seconds, eval_passes={"validation": fitted.val_seconds},  # the test suite adds its own
         num_params=sum(p.numel() for p in model.parameters()),
@@ -276,10 +277,12 @@ def _train_members(cfg: Config, members: list[tuple], checkpoint_dir: Path,
             for k, (res, fit) in enumerate(zip(results, fitted)):
                 if fit.status == "completed":
                     finish(res, plan.member_values(tested, k) if len(nets) > 1 else tested, clock.seconds)
-    except BaseException as e:  # a crash, a user error or Ctrl-C: every unfinished member records why
+    except BaseException as e:  # a crash, a user error, Ctrl-C or a signal: every unfinished member records why
         for res in results:
             if "error" in res:
                 res["status"], res["error"] = "failed", guards.describe(e)
+                if isinstance(e, interrupts.Interrupted):  # where a resume starts
+                    res["interrupted"] = {"signal": e.signal, "step": e.step}
         raise
     finally:
         for res, d, t in zip(results, dirs, trackers):

@@ -105,11 +105,12 @@ def test_a_composition_error_is_one_line(case, tiny_root, tmp_path, capsys, monk
     run_dir = tmp_path / "run"
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
-    handler = signal.getsignal(signal.SIGTERM)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}  # the CLI installs its own
     try:
         code = cli.main(["train", *quiet(tiny_root, run_dir, **extra)])
     finally:
-        signal.signal(signal.SIGTERM, handler)
+        for s, h in handlers.items():
+            signal.signal(s, h)
     assert_one_line_error(_Result(code, capsys.readouterr().err), *needles)
     assert not run_dir.exists(), "composition failed: no run may start"
 

@@ -1,5 +1,6 @@
 """Checkpoints and resume: a run killed or interrupted mid-epoch and resumed with `resume=true` ends
-exactly where the run that was never interrupted ends (on CPU); Ctrl-C and SIGTERM stop cleanly."""
+exactly where the run that was never interrupted ends (on CPU); Ctrl-C and SIGTERM stop cleanly at a step
+(tests/test_interrupts.py: the same in this process, for packs and the variable-length study too)."""
 
 import json
 import logging
@@ -126,21 +127,33 @@ def test_packed_run_killed_mid_epoch_resumes_every_member_bit_identically(tiny_r
     assert len(accs) == 3  # three members, not one trained three times
 
 
-@pytest.mark.parametrize("sig,code,name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
-def test_interrupt_stops_cleanly(sig, code, name, tiny_root, tmp_path):
-    """Reference: docs/reliability.md -- Ctrl-C (and a cluster's SIGTERM) save what is done: one line, no traceback,
-    results.json says interrupted, the checkpoint of finished epochs stays; exit 128 + signal."""
-    run_dir = tmp_path / "run"
-    proc = start(cli_args(tiny_root, run_dir, epochs=200), tmp_path)
+@pytest.mark.parametrize("sig,code,name", [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_interrupt_stops_at_a_step_and_resumes_to_the_unbroken_run(sig, code, name, tiny_root, tmp_path):
+    """Reference: docs/reliability.md, and the same command never interrupted. Ctrl-C or a `kill` (SIGTERM,
+    a container stop) after the first checkpoint: the run stops at its next step with a checkpoint there,
+    in one line, no traceback, exit 128 + signal; results.json says interrupted at that step; `resume=true`
+    ends bit-identical to the unbroken run, recording the step it resumed from."""
+    unbroken, run_dir = tmp_path / "unbroken", tmp_path / "run"
+    r = normbench_cli("train", *cli_args(tiny_root, unbroken), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    proc = start(cli_args(tiny_root, run_dir), tmp_path)
     wait_for_epochs(proc, run_dir / guards.CHECKPOINT, 1)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert f"interrupted ({name})" in err and f"resume=true hydra.run.dir={run_dir}" in err
+    assert f"interrupted ({name}) at step" in err and f"resume=true hydra.run.dir={run_dir}" in err
     res = json.loads((run_dir / "results.json").read_text())
-    assert res["status"] == "failed" and res["error"].startswith(f"interrupted ({name})")
-    assert torch.load(run_dir / guards.CHECKPOINT, weights_only=True)["loop"]["epochs_done"] >= 1
+    step = res["interrupted"]["step"]
+    assert res["status"] == "failed" and res["error"].startswith(f"interrupted ({name}) at step {step}")
+    loop = torch.load(run_dir / guards.CHECKPOINT, weights_only=True)["loop"]
+    assert loop["steps"] == step and loop["epochs_done"] >= 1
+
+    r = normbench_cli("train", *cli_args(tiny_root, run_dir, resume="true"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    resumed = json.loads((run_dir / "results.json").read_text())
+    assert metrics(resumed) == metrics(json.loads((unbroken / "results.json").read_text()))
+    assert resumed["resumed_at_step"] == [step] and "interrupted" not in resumed
 
 
 class InterruptAt(NullTracker):

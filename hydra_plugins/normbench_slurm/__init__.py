@@ -1,18 +1,52 @@
-"""normbench's SLURM launcher: hydra-submitit's, waiting for every task before it answers.
+"""normbench's SLURM launcher: hydra-submitit's, with the two things a sweep of long runs needs.
 
-hydra-submitit collects a job array's results in array order and raises at the first task that died, so
-`normbench train -m` returned while later tasks still ran. This launcher lets every task of the array end
-first, then raises one `normbench.errors.TasksFailed` naming each task that did not complete (the CLI
-says one line per task, with the command that resumes it); the completed tasks' results are already in
-their run directories. Selected by normbench/configs/hydra/launcher/slurm.yaml.
+- **It waits for every task.** hydra-submitit collects a job array's results in array order and raises at
+  the first task that died, so `normbench train -m` returned while later tasks still ran. This launcher
+  lets every task of the array end first, then raises one `normbench.errors.TasksFailed` naming each task
+  that did not complete (the CLI says one line per task, with the command that resumes it); the completed
+  tasks' results are already in their run directories.
+- **Preemption and time limits are resumes.** submitit's own handler requeues a signalled task at once
+  with the same arguments, so the run started over. Here the task's signals go to `normbench.interrupts`:
+  on SLURM's USR2 (sent `signal_delay_s` before the time limit, or by a preempting scheduler), and on a
+  SIGTERM that SLURM sends for a time limit or a preemption, the run stops at its next step with a
+  checkpoint there, and the task requeues itself with `resume=true` (at most `max_requeues` times).
+  A SIGTERM from `scancel` is a cancel: the task ends, listed with its resume command.
+
+Selected by normbench/configs/hydra/launcher/slurm.yaml (its schema: `NormbenchSlurmConf`).
 """
 
-from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from hydra.core.config_store import ConfigStore
+from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+
+# What a SIGTERM's job says in `scontrol show job` when SLURM, not a user, ends the task
+SLURM_ENDS = {"Reason=TimeLimit": "at its time limit", "JobState=PREEMPTED": "preempted"}
+
+
+@dataclass
+class NormbenchSlurmConf(SlurmQueueConf):
+    _target_: str = "hydra_plugins.normbench_slurm.NormbenchSlurmLauncher"
+    # How many times one task may requeue itself after preemption or a time limit; past it the task ends
+    # failed, saying so, and `resume=true` continues it by hand.
+    max_requeues: int = 3
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="normbench_slurm_schema", node=NormbenchSlurmConf,
+                             provider="normbench")
 
 
 class NormbenchSlurmLauncher(SlurmLauncher):
+    def __init__(self, max_requeues: int = 3, **params):
+        super().__init__(**params)
+        self.max_requeues, self.requeues = max_requeues, 0  # pickled into the task: its count travels along
+
     def launch(self, job_overrides, initial_job_idx):
         import submitit
 
@@ -37,6 +71,70 @@ class NormbenchSlurmLauncher(SlurmLauncher):
             return super().launch(job_overrides, initial_job_idx)
         finally:
             submitit.AutoExecutor.map_array = submit
+
+    def __call__(self, sweep_overrides, job_dir_key, job_num, job_id, singleton_state):
+        """One task, on its node: the run, stopped at a step boundary by SLURM's signals and requeued."""
+        from normbench import interrupts
+
+        # Replaces submitit's handlers (USR2: requeue at once with the same arguments; SIGTERM: ignored).
+        interrupts.install([signal.SIGUSR2, signal.SIGTERM])
+        interrupts.policy = self._policy
+        try:
+            return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
+        except interrupts.Interrupted as e:
+            if e.outcome.requeue:
+                self._requeue(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
+            where = f" at step {e.step}" if e.step is not None else ""
+            # an Exception, so submitit records it as the task's result and the sweep lists it
+            raise RuntimeError(f"interrupted ({e.signal}){where}; {e.outcome.then}") from None
+
+    def _policy(self, signal_name: str):
+        """Requeue, or end? Asked once, as the run records its interruption."""
+        from normbench.interrupts import Outcome
+
+        by_hand = "continue it with resume=true and the same hydra.sweep.dir"
+        if signal_name == "SIGUSR2":
+            why = "preempted or near its time limit"
+        elif signal_name == "SIGTERM":
+            job = _scontrol_job()
+            why = next((w for key, w in SLURM_ENDS.items() if key in job), None)
+            if why is None:
+                return Outcome(False, f"cancelled (scancel): not requeued; {by_hand}")
+        else:
+            return Outcome(False, by_hand)
+        if self.requeues >= self.max_requeues:
+            return Outcome(False, f"{why}, but already requeued {self.requeues} times (hydra.launcher.max_requeues="
+                                  f"{self.max_requeues}): not requeued; {by_hand}")
+        return Outcome(True, f"{why}: requeued with resume=true (requeue {self.requeues + 1} of at most "
+                             f"{self.max_requeues})")
+
+    def _requeue(self, sweep_overrides, job_dir_key, job_num, job_id, singleton_state) -> None:
+        """What submitit's checkpointing does, with `resume=true`: the task's submission is replaced by one
+        that resumes, and SLURM requeues the task, which then leaves (no result: the sweep keeps waiting)."""
+        import submitit
+        from submitit.core import utils
+
+        env = submitit.JobEnvironment()
+        self.requeues += 1
+        overrides = [o for o in sweep_overrides if not o.startswith("resume=")] + ["resume=true"]
+        resumed = submitit.helpers.DelayedSubmission(self, overrides, job_dir_key, job_num, job_id,
+                                                     singleton_state)
+        with utils.temporary_save_path(env.paths.submitted_pickle) as tmp:
+            resumed.dump(tmp)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue ends this process's step with SIGTERM
+        subprocess.run(["scontrol", "requeue", env.job_id], check=True, timeout=60)
+        print(f"normbench: requeued SLURM job {env.job_id} with resume=true (requeue {self.requeues} of at most "
+              f"{self.max_requeues})", file=sys.stderr, flush=True)
+        sys.exit(-1)  # as submitit leaves a requeued task: no result pickle, so the sweep waits for the rerun
+
+
+def _scontrol_job() -> str:
+    """`scontrol show job` for this task, or "" where it cannot be read."""
+    try:
+        return subprocess.run(["scontrol", "show", "job", os.environ.get("SLURM_JOB_ID", "")],
+                              capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def _error(job) -> BaseException | None:

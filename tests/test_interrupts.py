@@ -1,0 +1,157 @@
+"""A signal stops a run at its next step boundary, with a checkpoint there, and `resume=true` continues it
+to exactly what the unbroken run gives (normbench/interrupts.py, engine.train; docs/reliability.md).
+
+The reference everywhere is the same config trained without interruption, on the CPU: every metric, the
+float64 test loss included, must be equal, not close."""
+
+import json
+import os
+import signal
+from dataclasses import replace
+
+import pytest
+import torch
+
+from normbench import guards, interrupts, runner
+from normbench.config import ModelConfig, PackConfig, VarLenConfig
+from normbench.tracking import NullTracker
+from test_resume import metrics
+
+
+class SignalAt(NullTracker):
+    """Sends this process `sig` once, at the first log point at or past `step`, or when the loop reports
+    epoch `epoch` (after that epoch's validation, before its checkpoint): the signal lands inside the
+    loop, as a real one would, and the loop must answer at its next boundary."""
+
+    def __init__(self, sig=signal.SIGTERM, step: int | None = None, epoch: int | None = None):
+        self.sig, self.at_step, self.at_epoch = sig, step, epoch
+
+    def step(self, step, metrics):
+        if self.at_step is not None and step >= self.at_step:
+            self.at_step = None
+            os.kill(os.getpid(), self.sig)
+
+    def epoch(self, epoch, metrics):
+        if epoch == self.at_epoch:
+            os.kill(os.getpid(), self.sig)
+
+
+@pytest.fixture
+def handlers():
+    """normbench's handlers for SIGTERM and SIGUSR2 in this process, as the CLI and a SLURM task install
+    them; pytest's own handlers come back after."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2)}
+    interrupts.install(list(saved))
+    yield
+    for s, h in saved.items():
+        signal.signal(s, h)
+
+
+def _configs(tiny_cfg):
+    """(name, config): a plain MLP with dropout (torch's global RNG mid-epoch), a pack of two seeds (each
+    member's own batch stream), and the variable-length study's RNN (lengths drawn from the batch stream)."""
+    base = replace(tiny_cfg, epochs=3, max_steps=None, model=ModelConfig(name="mlp", hidden=32, dropout=0.25))
+    rnn = replace(base, model=ModelConfig(name="rnn", hidden=16, placement="recurrent"), batch_size=10,
+                  varlen=VarLenConfig(enabled=True, min_len=6, max_len=10, test_lengths=[10, 14],
+                                      batching="bucketed", min_step_samples=5))
+    return [("mlp", base), ("pack", replace(base, pack=PackConfig(seeds=[0, 1], mode="packed"))), ("rnn", rnn)]
+
+
+@pytest.mark.parametrize("which", ["mlp", "pack", "rnn"])
+def test_signal_mid_epoch_checkpoints_that_step_and_resumes_identically(which, tiny_cfg, tmp_path, handlers,
+                                                                        monkeypatch):
+    """Stopped at the first log point past step 45 (500 training samples: 31 steps an epoch at batch 16, a
+    log every 5 steps of an epoch, so step 46, 15 into epoch 2; the RNN at batch 10 has 50 an epoch: step
+    45), resumed: every metric equals the unbroken run's, and results.json says where it resumed."""
+    cfg = dict(_configs(tiny_cfg))[which]
+    per_epoch = 500 // cfg.batch_size
+    packed = bool(cfg.pack.seeds)
+    unbroken = runner.run(cfg, tmp_path / "a", tracker=None if packed else NullTracker())
+    if packed:  # a pack makes its members' trackers itself: its first member's sends the signal
+        train = runner.engine.train
+        monkeypatch.setattr(runner.engine, "train", lambda model, splits, cfgs, trackers, *a, **k: train(
+            model, splits, cfgs, [SignalAt(step=45), *trackers[1:]], *a, **k))
+    with pytest.raises(interrupts.Interrupted) as stopped:
+        runner.run(cfg, tmp_path / "b", tracker=None if packed else SignalAt(step=45))
+    monkeypatch.undo()
+    k = stopped.value.step
+    assert stopped.value.signal == "SIGTERM" and k == (45 if which == "rnn" else 46)
+    blob = torch.load(tmp_path / "b" / guards.CHECKPOINT, weights_only=True)
+    assert blob["loop"] == {"steps": k, "epochs_done": k // per_epoch, "epoch_steps": k % per_epoch}
+    dirs = [tmp_path / "b" / f"seed={s}" for s in cfg.pack.seeds] if packed else [tmp_path / "b"]
+    for d in dirs:
+        left = json.loads((d / "results.json").read_text())
+        assert left["status"] == "failed" and left["interrupted"] == {"signal": "SIGTERM", "step": k}
+        assert left["error"].startswith(f"interrupted (SIGTERM) at step {k}, kept in checkpoint.pt; rerun")
+
+    resumed = runner.run(replace(cfg, resume=True), tmp_path / "b", tracker=None if packed else NullTracker())
+    if packed:
+        for s in cfg.pack.seeds:
+            a = json.loads((tmp_path / "a" / f"seed={s}" / "results.json").read_text())
+            b = json.loads((tmp_path / "b" / f"seed={s}" / "results.json").read_text())
+            assert metrics(b) == metrics(a), s
+            assert b["resumed_at_step"] == [k] and a["resumed_at_step"] == [] and "interrupted" not in b
+        return
+    assert metrics(resumed) == metrics(unbroken)
+    assert resumed["resumed_at_step"] == [k] and unbroken["resumed_at_step"] == []
+    if which == "rnn":  # the study's own numbers too (lengths drawn again from the epoch's start)
+        assert resumed["test_acc_by_length"] == unbroken["test_acc_by_length"]
+        assert resumed["step_samples"] == unbroken["step_samples"]
+
+
+def test_signal_during_validation_stops_at_the_epoch_end(tiny_cfg, tmp_path, handlers):
+    """Asked while epoch 1 validates: the run stops at that epoch's checkpoint (step 31, none into epoch 2)
+    and resumes to the unbroken run's metrics; SIGUSR2 (SLURM's warning) is handled like SIGTERM."""
+    cfg = _configs(tiny_cfg)[0][1]
+    unbroken = runner.run(cfg, tmp_path / "a", tracker=NullTracker())
+    with pytest.raises(interrupts.Interrupted) as stopped:
+        runner.run(cfg, tmp_path / "b", tracker=SignalAt(signal.SIGUSR2, epoch=1))
+    assert (stopped.value.signal, stopped.value.step) == ("SIGUSR2", 31)
+    assert torch.load(tmp_path / "b" / guards.CHECKPOINT, weights_only=True)["loop"] == {
+        "steps": 31, "epochs_done": 1, "epoch_steps": 0}
+    resumed = runner.run(replace(cfg, resume=True), tmp_path / "b", tracker=NullTracker())
+    assert metrics(resumed) == metrics(unbroken) and resumed["resumed_at_step"] == [31]
+
+
+def test_twice_interrupted_records_both_resumes(tiny_cfg, tmp_path, handlers):
+    """Two interruptions (at the log points of steps 20 and 72), two resumes: `resumed_at_step` lists both,
+    the metrics are the unbroken run's."""
+    cfg = _configs(tiny_cfg)[0][1]
+    unbroken = runner.run(cfg, tmp_path / "a", tracker=NullTracker())
+    with pytest.raises(interrupts.Interrupted):
+        runner.run(cfg, tmp_path / "b", tracker=SignalAt(step=20))
+    with pytest.raises(interrupts.Interrupted):
+        runner.run(replace(cfg, resume=True), tmp_path / "b", tracker=SignalAt(step=70))
+    resumed = runner.run(replace(cfg, resume=True), tmp_path / "b", tracker=NullTracker())
+    assert metrics(resumed) == metrics(unbroken) and resumed["resumed_at_step"] == [20, 72]
+
+
+def test_a_signal_outside_the_loop_or_a_second_one_raises_at_once(handlers):
+    """Reference: the module's contract. Outside a training loop there is no step to wait for; inside,
+    the first signal waits for the loop, a second one does not (a user pressing Ctrl-C twice)."""
+    with pytest.raises(interrupts.Interrupted) as now:
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert now.value.step is None
+    with pytest.raises(interrupts.Interrupted):
+        with interrupts.stoppable():
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert interrupts.pending() is not None and interrupts.pending().signal == "SIGTERM"
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert interrupts.pending() is None
+
+
+def test_a_policy_decides_what_the_results_say(tiny_cfg, tmp_path, handlers, monkeypatch):
+    """A launcher's policy (here: requeue) is asked once, and results.json says its answer."""
+    asked = []
+
+    def policy(name):
+        asked.append(name)
+        return interrupts.Outcome(True, "requeued with resume=true (requeue 1 of at most 3)")
+
+    monkeypatch.setattr(interrupts, "policy", policy)
+    with pytest.raises(interrupts.Interrupted) as stopped:
+        runner.run(_configs(tiny_cfg)[0][1], tmp_path, tracker=SignalAt(step=10))
+    assert stopped.value.outcome.requeue and asked == ["SIGTERM"]
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["error"] == "interrupted (SIGTERM) at step 10, kept in checkpoint.pt; requeued with resume=true " \
+                           "(requeue 1 of at most 3)"
