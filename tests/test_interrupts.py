@@ -155,3 +155,39 @@ def test_a_policy_decides_what_the_results_say(tiny_cfg, tmp_path, handlers, mon
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["error"] == "interrupted (SIGTERM) at step 10, kept in checkpoint.pt; requeued with resume=true " \
                            "(requeue 1 of at most 3)"
+
+
+@pytest.mark.parametrize("sig,job,requeues,expect", [
+    ("SIGUSR2", "", 0, "preempted or near its time limit: requeued with resume=true (requeue 1 of at most 2)"),
+    ("SIGUSR2", "", 2, "preempted or near its time limit, but already requeued 2 times "
+                       "(hydra.launcher.max_requeues=2): not requeued; continue it with resume=true"),
+    ("SIGTERM", "JobState=COMPLETING Reason=TimeLimit", 1, "at its time limit: requeued with resume=true "
+                                                          "(requeue 2 of at most 2)"),
+    ("SIGTERM", "JobState=PREEMPTED Reason=None", 0, "preempted: requeued with resume=true"),
+    ("SIGTERM", "JobState=COMPLETING Reason=None", 0, "cancelled (scancel): not requeued"),
+])
+def test_the_slurm_launchers_policy(sig, job, requeues, expect, monkeypatch):
+    """Reference: docs/cluster.md's table of faults (what `scontrol show job` says for each, as read on the
+    one-node cluster of tests/test_slurm.py). USR2 requeues until the cap; a SIGTERM requeues only when
+    SLURM ends the task (time limit, preemption), never after scancel."""
+    import hydra_plugins.normbench_slurm as plugin
+
+    monkeypatch.setattr(plugin, "_scontrol_job", lambda: job)
+    launcher = plugin.NormbenchSlurmLauncher(max_requeues=2)
+    launcher.requeues = requeues
+    outcome = launcher._policy(sig)
+    assert expect in outcome.then
+    assert outcome.requeue == ("requeued with" in expect)
+
+
+def test_a_failed_tasks_reason_is_its_tracebacks_last_line():
+    """Reference: submitit 1.5's message for a task that raised (core.Job.exception: the trace framed by
+    22 dashes, then log paths): the sweep's line gives the exception, not a log path."""
+    import hydra_plugins.normbench_slurm as plugin
+
+    trace = "Traceback (most recent call last):\n  File \"x.py\", line 1\nRuntimeError: interrupted (SIGTERM) at step 3"
+    error = RuntimeError(f"Job (task=0) failed during processing with trace:\n{'-' * 22}\n{trace}\n{'-' * 22}\n"
+                         "You can check full logs with 'job.stderr(0)' and 'job.stdout(0)'or at paths:\n"
+                         "  - /x/log.err\n  - /x/log.out")
+    assert plugin._why(error, None) == "RuntimeError: interrupted (SIGTERM) at step 3"
+    assert plugin._why(RuntimeError("one line"), None) == "one line"

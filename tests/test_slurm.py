@@ -1,8 +1,10 @@
 """The cluster path on a real SLURM: scripts/slurm_local.sh starts a one-node cluster with accounting
-(slurmdbd + MariaDB) on this machine, and the shipped `hydra/launcher=slurm` preset runs a sweep on it,
-loses a task to SIGKILL, and resumes it (docs/cluster.md).
+(slurmdbd + MariaDB) on this machine, and the shipped `hydra/launcher=slurm` preset runs sweeps on it:
+one that completes; one with a task preempted (SLURM's USR2), one cancelled (scancel) and a third sweep's
+task hitting a one-minute time limit, each checked against the same run never interrupted; and one that
+loses a task to SIGKILL and is resumed (docs/cluster.md).
 
-    python -m pytest -m slurm        # as root (the daemons switch users); about a minute
+    python -m pytest -m slurm        # as root (the daemons switch users); about four minutes
 
 Needs root and Debian's slurm-wlm, slurmdbd, munge and mariadb-server (the script installs them when
 missing); skipped only where the cluster cannot be started at all (not root, or no apt-get to install).
@@ -12,10 +14,12 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -112,47 +116,229 @@ def _epoch_s(sacct_time: str) -> int:
     return int(time.mktime(time.strptime(sacct_time, "%Y-%m-%dT%H:%M:%S")))
 
 
-def test_sweep_runs_on_slurm_and_summarizes(cluster, data_root, tmp_path):
-    """Reference: SLURM's accounting (sacct) and each run's results.json. Four runs become the four tasks
-    of one job array and all complete; with cpus_per_task=1 on a 2-CPU node two run at once; each run's
-    torch uses the one thread the preset's OMP_NUM_THREADS line gives it (no threads= here); and
-    `normbench summarize` reads the sweep like a local one."""
-    sweep = tmp_path / "sweep"
+def array_id(sweep: Path, timeout: float = 120) -> str:
+    """The sweep's SLURM array id (the folder submitit writes its sbatch script in), once it exists."""
+    deadline = time.monotonic() + timeout
+    while not (found := {p.parent.name for p in (sweep / ".submitit").glob("*/*_submission.sh")}):
+        assert time.monotonic() < deadline, f"no job array submitted for {sweep}"
+        time.sleep(0.1)
+    (job,) = found
+    return job
+
+
+def wait_for(base: Path, pattern: str, what: str, timeout: float = 120) -> Path:
+    deadline = time.monotonic() + timeout
+    while not (found := sorted(base.glob(pattern))):
+        assert time.monotonic() < deadline, f"{what} never appeared ({base / pattern})"
+        time.sleep(0.05)
+    return found[0]
+
+
+def first_checkpoints(sweep: Path, n: int, timeout: float = 120) -> list[Path]:
+    """The first `n` run directories of `sweep` to write a checkpoint, in the order they did (SLURM does
+    not start an array's tasks in index order)."""
+    deadline, seen = time.monotonic() + timeout, []
+    while len(seen) < n:
+        assert time.monotonic() < deadline, f"only {len(seen)} of {n} runs wrote a checkpoint"
+        seen += [p.parent for p in sweep.glob("*/checkpoint.pt") if p.parent not in seen]
+        time.sleep(0.05)
+    return seen[:n]
+
+
+def job_index(run_dir: Path) -> int:
+    """A sweep run directory's job number (`...,job3` -> 3): its SLURM array task index."""
+    return int(run_dir.name.rsplit("job", 1)[1])
+
+
+def metrics(res: dict) -> dict:
+    """What an interrupted-and-requeued run must share with its unbroken twin (not the timings)."""
+    history = [{k: v for k, v in e.items() if k != "train_samples_per_s"} for e in res["history"]]
+    return {k: res[k] for k in ("status", "steps", "epochs_done", "val_acc", "test_loss", "test_acc")} | \
+        {"history": history}
+
+
+class Releaser(threading.Thread):
+    """SLURM holds a requeued task for about two minutes before it may start again (`scontrol show job`:
+    EligibleTime = requeue + 121 s, Reason=BeginTime). A cluster's users wait it out; this test sets each such
+    task's StartTime to now, so the requeued runs resume within seconds. It changes when a task starts,
+    not what it runs."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.released: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.wait(0.5):
+            try:
+                rows = slurm("squeue", "-h", "-t", "PD", "-o", "%i %r").splitlines()
+            except subprocess.SubprocessError:
+                continue
+            for job in [r.split()[0] for r in rows if r.split()[1:] == ["BeginTime"]]:
+                subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env={**os.environ, **ENV},
+                               capture_output=True, timeout=30, check=False)
+                self.released.append(job)
+
+
+def _cnn(data_root: Path, sweep: Path, epochs: int) -> list[str]:
+    """The preset with the default CNN (about 0.8 s an epoch of 1000 images on one thread here)."""
+    return [*sweep_args(data_root, sweep), "threads=1", "model=cnn", f"epochs={epochs}"]
+
+
+@pytest.fixture(scope="module")
+def faults(cluster, data_root, tmp_path_factory):
+    """Two sweeps at once on the 2-CPU node, and their unbroken twins trained locally:
+    - sweep A, 4 tasks (norm=bn,ln x seed=0,1; 10 epochs): the first task to write a checkpoint is sent
+      SLURM's preemption signal (USR2), the second is cancelled with scancel;
+    - sweep B, 1 task (bn, seed 0; 60 epochs, longer than its one-minute time limit): SLURM itself sends it
+      USR2 `signal_delay_s` = 30 s before the limit.
+    Returns a dict of what the tests read."""
+    cwd = tmp_path_factory.mktemp("faults")
+    env = {**os.environ, "PYTHONPATH": str(REPO), **ENV}
+    sweep_a, sweep_b = cwd / "a", cwd / "b"
+    args_a = _cnn(data_root, sweep_a, 10)
+    args_b = [*_cnn(data_root, sweep_b, 60), "norm=bn", "seed=0", "hydra.launcher.timeout_min=1",
+              "hydra.launcher.signal_delay_s=30", "hydra.launcher.max_requeues=8"]
+    args_b = [a for a in args_b if a not in ("norm=bn,ln", "seed=0,1")]
+
+    def twin(args, run_dir, name):  # the same run as `run_dir`'s, never interrupted, outside SLURM
+        config = json.loads((run_dir / "results.json").read_text())["config"]
+        keep = [a for a in args if not a.startswith(("hydra.", "hydra/", "norm=", "seed="))]
+        return subprocess.Popen([sys.executable, "-m", "normbench", "train", *keep, f"norm={config['norm']['name']}",
+                                 f"seed={config['seed']}", f"hydra.run.dir={cwd / name}"], cwd=cwd, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    releaser = Releaser()
+    releaser.start()
     t0 = time.monotonic()
-    r = normbench_cli("train", "-m", *sweep_args(data_root, sweep), "max_steps=10", "model.hidden=16",
-                      cwd=tmp_path, env=ENV, timeout=240)
-    TIMINGS["sweep of 4 (10 steps each)"] = time.monotonic() - t0
+
+    def sweep(args):
+        return subprocess.Popen([sys.executable, "-m", "normbench", "train", "-m", *args], cwd=cwd, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    procs = {"a": sweep(args_a)}
+    out: dict = {"sweeps": {"a": sweep_a, "b": sweep_b}, "args_a": args_a, "released": releaser.released}
+    try:
+        job_a = array_id(sweep_a)  # A first: its tasks 0 and 1 take the node's two CPUs, B's task waits
+        procs["b"] = sweep(args_b)
+        preempted, cancelled = first_checkpoints(sweep_a, 2)  # the first two tasks to checkpoint
+        out["preempted"], out["cancelled"] = job_index(preempted), job_index(cancelled)
+        # USR2 straight to the task's processes, as SLURM's preemption warning reaches them (`scancel
+        # --signal=USR2` does the same, but blocks and retries while the task requeues, then signals the
+        # requeued task again)
+        _signal_task(f"{job_a}_{out['preempted']}", signal.SIGUSR2)
+        TIMINGS["USR2 to the first task, after"] = time.monotonic() - t0
+        slurm("scancel", f"{job_a}_{out['cancelled']}")
+        TIMINGS["scancel of the second, after"] = time.monotonic() - t0
+        b_run = wait_for(sweep_b, "*/results.json", "sweep B's run").parent
+        twins = {"a": twin(args_a, preempted, "twin_a"), "b": twin(args_b, b_run, "twin_b")}
+        for name, proc in procs.items():
+            stdout, stderr = proc.communicate(timeout=400)
+            out[name] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+            out[f"returned {name}"] = time.time()
+            TIMINGS[f"sweep {name.upper()} returns, after"] = time.monotonic() - t0
+        for name, proc in twins.items():
+            _, err = proc.communicate(timeout=400)
+            assert proc.returncode == 0, err
+            out[f"twin {name}"] = json.loads((cwd / f"twin_{name}" / "results.json").read_text())
+        TIMINGS["twins done, after"] = time.monotonic() - t0
+    finally:
+        releaser.stop.set()
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    wait_queue_empty()
+    out["job a"], out["job b"] = job_a, array_id(sweep_b)
+    return out
+
+
+@pytest.mark.timeout(600)
+def test_preempted_task_requeues_itself_and_matches_its_unbroken_twin(faults):
+    """Reference: the same run trained without interruption, and SLURM's accounting. Sent USR2 after its
+    first checkpoint, the first task to checkpoint stops at its next step with a checkpoint there, replaces its submission by
+    one with resume=true and requeues itself; the requeued task resumes at that step and ends with every
+    metric of the unbroken run (the float64 test loss included); results.json lists the step it resumed
+    from, and sacct says COMPLETED."""
+    runs = results(faults["sweeps"]["a"])
+    k, job = faults["preempted"], faults["job a"]
+    (name,) = [n for n in runs if n.endswith(f",job{k}")]
+    res = runs[name]
+    assert res["status"] == "completed", res.get("error")
+    assert len(res["resumed_at_step"]) == 1 and 0 < res["resumed_at_step"][0] < res["steps"]
+    assert metrics(res) == metrics(faults["twin a"])
+    logs = "".join(p.read_text() for p in faults["sweeps"]["a"].glob(f".submitit/{job}_{k}/*_log.err"))
+    assert f"requeued SLURM job {job}_{k} with resume=true (requeue 1 of at most 3)" in logs
+    assert f"{job}_{k}" in faults["released"]
+    assert array_tasks(faults["sweeps"]["a"])[f"{job}_{k}"][0] == "COMPLETED"
+
+
+@pytest.mark.timeout(600)
+def test_time_limited_task_requeues_itself_and_matches_its_unbroken_twin(faults):
+    """Reference: the unbroken twin, and sacct. A 60-epoch run under a one-minute limit: SLURM's own USR2,
+    30 s before the limit, stops it at a step; it requeues itself (as often as the limit comes again) and
+    completes with the twin's metrics; its sweep returns 0."""
+    r = faults["b"]
     assert r.returncode == 0, r.stderr
-    wait_queue_empty()  # the sweep returns once it has every result; SLURM may still be ending the steps
+    (res,) = results(faults["sweeps"]["b"]).values()
+    assert res["status"] == "completed", res.get("error")
+    assert res["resumed_at_step"] and all(0 < s < res["steps"] for s in res["resumed_at_step"])
+    assert metrics(res) == metrics(faults["twin b"])
+    ((state, _, _),) = array_tasks(faults["sweeps"]["b"], expected=1).values()  # one task: a plain job
+    assert state == "COMPLETED"
+
+
+@pytest.mark.timeout(600)
+def test_cancelled_task_is_listed_with_its_resume_command_and_the_others_complete(faults, tmp_path):
+    """Reference: SLURM's accounting and the runs' results.json. scancel's SIGTERM is a cancel, not a
+    requeue: the second task to checkpoint stops at its next step, checkpointed, records why, and the sweep
+    (which waited for the requeued task too) ends with status 1 and one line naming the cancelled task and
+    the command that resumes it; 3 of 4 runs completed. That command then finishes the cancelled run from
+    its checkpoint and leaves the others."""
+    sweep, r = faults["sweeps"]["a"], faults["a"]
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("normbench: error:")]
+    c = faults["cancelled"]
+    assert f"task {c} (SLURM job {faults['job a']}_{c}, state: CANCELLED" in line
+    assert "interrupted (SIGTERM) at step" in line and "cancelled (scancel): not requeued" in line
+    assert f"resume=true hydra.sweep.dir={sweep}" in line
+    assert max(end for _, _, end in array_tasks(sweep).values()) <= faults["returned a"] + 1
     runs = results(sweep)
-    assert len(runs) == 4
-    assert {(res["config"]["norm"]["name"], res["config"]["seed"]) for res in runs.values()} == {
-        ("bn", 0), ("bn", 1), ("ln", 0), ("ln", 1)}
-    for name, res in runs.items():
-        assert res["status"] == "completed", (name, res.get("error"))
-        assert 0.0 <= res["test_acc"] <= 1.0 and res["steps"] == 10
-        assert res["torch_threads"] == 1
-    tasks = array_tasks(sweep)
-    assert sorted(s for s, _, _ in tasks.values()) == ["COMPLETED"] * 4, tasks
-    most_at_once = max(sum(s <= t < e for _, s, e in tasks.values()) for _, t, _ in tasks.values())
-    assert most_at_once == 2, tasks
+    (cancelled,) = [n for n in runs if n.endswith(f",job{c}")]
+    assert runs[cancelled]["status"] == "failed" and runs[cancelled]["interrupted"]["signal"] == "SIGTERM"
+    step = runs[cancelled]["interrupted"]["step"]
+    assert sorted(res["status"] for n, res in runs.items() if n != cancelled) == ["completed"] * 3
+    states = {job.rsplit("_", 1)[1]: state for job, (state, _, _) in array_tasks(sweep).items()}
+    assert states == {str(k): "CANCELLED" if k == c else "COMPLETED" for k in range(4)}
 
-    s = normbench_cli("summarize", str(sweep), "--no-plots", cwd=tmp_path)
-    assert s.returncode == 0, s.stderr
-    summary = json.loads((sweep / "summary.json").read_text())
-    assert summary["runs"] == {"completed": 4} and summary["problems"] == []
+    again = shlex.split(line.split("continue the unfinished runs from their checkpoints with: ", 1)[1])
+    assert again[:3] == ["normbench", "train", "-m"]
+    before = {n: (sweep / n / "results.json").read_bytes() for n in runs if n != cancelled}
+    t0 = time.monotonic()
+    r = normbench_cli(*again[1:], cwd=tmp_path, env=ENV, timeout=240)
+    TIMINGS["resume of the cancelled task"] = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    wait_queue_empty()
+    assert all((sweep / n / "results.json").read_bytes() == blob for n, blob in before.items())
+    res = json.loads((sweep / cancelled / "results.json").read_text())
+    assert res["status"] == "completed" and res["resumed_at_step"] == [step] and res["epochs_done"] == 10
 
 
-def _kill_task(array_task: str) -> int:
-    """SIGKILL the training process of one array task (as the kernel's OOM killer would): the step-0
-    process that `scontrol listpids` names for the task's own job id. Returns its pid."""
+def _signal_task(array_task: str, sig: signal.Signals) -> int:
+    """Send `sig` to the training process of one array task: the step-0 process that `scontrol listpids`
+    names for the task's own job id. Returns its pid."""
     raw = {i: a for i, a in (line.split() for line in slurm("squeue", "-h", "-o", "%i %A").splitlines())}
     pids = [int(row.split()[0]) for row in slurm("scontrol", "listpids", raw[array_task]).splitlines()[1:]
             if row.split()[2] == "0"]
     assert pids, f"no step-0 process for {array_task}"
     for pid in pids:
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, sig)
     return pids[0]
+
+
+def _kill_task(array_task: str) -> int:
+    """SIGKILL the training process of one array task, as the kernel's OOM killer would."""
+    return _signal_task(array_task, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")

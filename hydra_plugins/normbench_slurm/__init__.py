@@ -145,7 +145,14 @@ def _error(job) -> BaseException | None:
         return e
 
 
+TRACE_RULE = "-" * 22  # submitit frames a failed task's traceback between two such lines
+
+
 def _why(error: BaseException, job) -> str:
-    """A dead task's reason in one line: its exception's last line, else its SLURM state."""
-    text = str(error).strip().splitlines()
-    return text[-1][:300] if text else str(job.state)
+    """A dead task's reason in one line: the last line of the traceback it raised (submitit's message
+    frames it, then names log paths), else the error's last line, else its SLURM state."""
+    text = [line for line in str(error).strip().splitlines() if line.strip()]
+    rules = [k for k, line in enumerate(text) if line.strip() == TRACE_RULE]
+    if len(rules) >= 2 and rules[-1] > rules[0] + 1:
+        return text[rules[-1] - 1].strip()[:400]
+    return text[-1][:400] if text else str(job.state)
