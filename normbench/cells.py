@@ -45,6 +45,7 @@ from torch.nn.utils import parametrize
 from normbench.errors import UserError
 from normbench.norms.batch import BatchNorm
 from normbench.norms.renorm import BatchRenorm
+from normbench.pack.rnn import ONE_MEMBER_MAX_BATCH, PackedRNN, one_member
 
 _RUNNING_AFFINE = (BatchNorm, BatchRenorm)  # eval mode: an affine map from running statistics alone
 
@@ -57,7 +58,14 @@ FEWEST = 2**62  # min_samples_per_step before any batch reached the step
 
 
 class TorchRNN(nn.RNN):
+    """torch's tanh RNN. Trained on the CPU at batches up to `ONE_MEMBER_MAX_BATCH` its recurrence runs as
+    normbench.pack's one autograd Function (`pack.rnn.one_member`), which is faster there; evaluation, and
+    larger batches, use torch's kernel. Same parameters, same function."""
+
     def forward(self, x, mask=None):
+        if (torch.is_grad_enabled() and x.device.type == "cpu" and len(x) <= ONE_MEMBER_MAX_BATCH
+                and PackedRNN.takes(self)):
+            return one_member(self, x)
         return super().forward(x)[0]
 
 

@@ -137,6 +137,7 @@ class NormConfig:
     renorm_r_ramp_frac: Optional[float] = None  # brn: then r_max relaxes linearly over this fraction of the run
     renorm_d_ramp_frac: Optional[float] = None  # brn: and d_max over this fraction of the run
     learn_eps: Optional[bool] = None  # frn: learn eps (null = on for flat/seq, where each channel holds one value)
+    alpha_init: Optional[float] = None  # dyt: initial value of the learned scalar alpha in tanh(alpha x)
     track_stats: bool = runtime(False)  # log each norm layer's input mean/std and scale/shift to TensorBoard
     track_every: int = runtime(100)  # ... every this many steps
 

@@ -1,4 +1,4 @@
-"""The norms PyTorch does not ship (sn, brn, frn, evonorm, cn), and wn and rms once more, against NumPy
+"""The norms PyTorch does not ship (sn, brn, frn, evonorm, cn, dyt), and wn and rms once more, against NumPy
 ports of their papers' equations and algorithms in float64, with non-trivial learned parameters."""
 
 import numpy as np
@@ -160,6 +160,38 @@ def test_rms_norm_against_the_definition(layout):
     g = gain.reshape({"flat": (1, 6), "image": (1, 6, 1, 1), "seq": (1, 1, 6)}[layout])
     expected = x / np.sqrt((x ** 2).mean(axis=axes, keepdims=True) + 1e-8) * g
     np.testing.assert_allclose(rms(torch.tensor(x)).detach().numpy(), expected, rtol=1e-10)
+
+
+@pytest.mark.parametrize("layout", ["flat", "image", "seq"])
+def test_dyt_against_the_papers_definition(layout):
+    """Reference: Zhu et al. 2025, eq. (1) and Algorithm 1: DyT(x) = gamma * tanh(alpha x) + beta, alpha a
+    scalar initialized to alpha_0 = 0.5, gamma = 1 and beta = 0 per channel; and its gradients written out
+    by hand: d/dx = gamma alpha (1 - t^2), d/dalpha = sum gamma x (1 - t^2), d/dgamma = sum t, d/dbeta = sum 1
+    (t = tanh(alpha x)), against autograd in float64. No statistics: padding changes nothing else."""
+    shape = {"flat": (3, 6), "image": (3, 6, 2, 4), "seq": (3, 5, 6)}[layout]
+    channel = {"flat": (1, 6), "image": (1, 6, 1, 1), "seq": (1, 1, 6)}[layout]
+    dyt = norms.create("dyt", 6, layout).double()
+    assert dyt.alpha.item() == 0.5 and dyt.weight.tolist() == [1.0] * 6 and dyt.bias.tolist() == [0.0] * 6
+    x = RNG.normal(0, 3, shape)
+    alpha, gamma, beta = 0.8, RNG.uniform(0.5, 1.5, 6), RNG.normal(0, 1, 6)
+    _set(dyt, alpha=alpha, weight=gamma, bias=beta)
+    xt = torch.tensor(x, requires_grad=True)
+    out = dyt(xt)
+    t = np.tanh(alpha * x)
+    np.testing.assert_allclose(out.detach().numpy(), gamma.reshape(channel) * t + beta.reshape(channel), rtol=1e-12)
+    up = RNG.normal(0, 1, shape)  # the gradient arriving from above
+    out.backward(torch.tensor(up))
+    axes = tuple(i for i in range(len(shape)) if channel[i] == 1)
+    slope = up * gamma.reshape(channel) * (1 - t * t)
+    # 1 - t^2 cancels where tanh saturates: there the values are ~1e-6 and agree to 1e-16 absolute
+    np.testing.assert_allclose(xt.grad.numpy(), slope * alpha, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(dyt.alpha.grad.item(), (slope * x).sum(), rtol=1e-10)
+    np.testing.assert_allclose(dyt.weight.grad.numpy(), (up * t).sum(axis=axes), rtol=1e-12)
+    np.testing.assert_allclose(dyt.bias.grad.numpy(), up.sum(axis=axes), rtol=1e-12)
+    if layout == "seq":  # padding (the mask) changes nothing: every value on its own
+        mask = torch.ones(shape[:2], dtype=torch.bool)
+        mask[0, 3:] = False
+        torch.testing.assert_close(dyt(torch.tensor(x), mask), out.detach(), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name,layout,options", [

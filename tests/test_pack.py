@@ -399,3 +399,77 @@ def test_cuda_packing_limits_come_from_the_gpu_bench(tmp_path, monkeypatch):
     (tmp_path / "cuda_limits.json").write_text(json.dumps(derive_limits(rows)))
     assert not plan.packs_faster(cfg, "cuda")  # 8 x 16 = 128 > 40
     assert plan.packs_faster(replace(cfg, pack=PackConfig(seeds=[0, 1, 2, 3, 4])), "cuda")
+
+
+@pytest.mark.parametrize("batch", [2, 64])
+def test_one_member_recurrence_is_torchs_rnn(batch):
+    """Reference: torch's nn.RNN (tanh, one layer, batch first). The pack's recurrence run for a single
+    member (`pack.rnn.one_member`, which `cells.TorchRNN` trains with on the CPU up to batch 64) gives
+    the same outputs and the same gradients of input and every parameter: to 1e-12 in float64, to 1e-4 in
+    float32 (sums of 28 x 64 terms in another order)."""
+    from normbench.cells import TorchRNN
+    from normbench.pack.rnn import one_member
+
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-4)):  # float32: summation order
+        torch.manual_seed(0)
+        rnn = TorchRNN(28, 32, batch_first=True).to(dtype)
+        x = torch.randn(batch, 28, 28, dtype=dtype, requires_grad=True)
+        g = torch.randn(batch, 28, 32, dtype=dtype)
+        grads = []
+        for f in (lambda: torch.nn.RNN.forward(rnn, x)[0], lambda: one_member(rnn, x)):
+            rnn.zero_grad()
+            x.grad = None
+            out = f()
+            (out * g).sum().backward()
+            grads.append([out.detach(), x.grad.clone(), *(p.grad.clone() for p in rnn.parameters())])
+        for a, b in zip(*grads):
+            torch.testing.assert_close(b, a, rtol=tol, atol=tol)
+
+
+def test_torch_rnn_takes_the_one_member_path_only_where_it_is_faster(monkeypatch):
+    """Reference: the rule in cells.TorchRNN: training (autograd on) on the CPU at batch <= 64 goes through
+    `one_member`; evaluation and larger batches through torch's kernel."""
+    import normbench.cells as cells
+
+    calls = []
+    monkeypatch.setattr(cells, "one_member", lambda rnn, x: calls.append(len(x)) or torch.nn.RNN.forward(rnn, x)[0])
+    rnn = cells.TorchRNN(28, 16, batch_first=True)
+    rnn(torch.randn(2, 28, 28))
+    rnn(torch.randn(65, 28, 28))
+    with torch.no_grad():
+        rnn(torch.randn(2, 28, 28))
+    assert calls == [2]
+
+
+def test_one_member_path_trains_the_same_rnn_in_float64(monkeypatch):
+    """Reference: the same RNN + LN trained through torch's nn.RNN. Ten AdamW steps at batch 2 in float64,
+    once through `one_member` and once with it switched off, end with the same weights to 1e-10 (in
+    float32 the two round differently, so a long small-batch run drifts apart as any change of kernel
+    makes it do)."""
+    import copy
+
+    import normbench.cells as cells
+    from normbench import models as model_registry
+
+    torch.manual_seed(0)
+    net = model_registry.create(ModelConfig(name="rnn", hidden=32), norms.factory("ln"), (1, 28, 28), 10).double()
+    x = torch.randn(10, 2, 1, 28, 28, dtype=torch.float64)
+    y = torch.randint(0, 10, (10, 2))
+
+    def trained(limit: int) -> torch.nn.Module:
+        monkeypatch.setattr(cells, "ONE_MEMBER_MAX_BATCH", limit)
+        model = copy.deepcopy(net)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        for xb, yb in zip(x, y):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(xb), yb).backward()
+            opt.step()
+        return model
+
+    calls = []
+    one_member = cells.one_member
+    monkeypatch.setattr(cells, "one_member", lambda rnn, xb: calls.append(1) or one_member(rnn, xb))
+    fast, slow = trained(32), trained(0)
+    assert len(calls) == 10 * len(net.layers)  # every layer, every step: the fast model did take the path
+    for (name, a), b in zip(fast.state_dict().items(), slow.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=name)

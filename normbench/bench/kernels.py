@@ -5,8 +5,9 @@ every norm on every layout it supports against native BatchNorm on the same shap
 twin (when `impl` is among its options) against its native kernel; a norm with a `masked` option also
 with a padding mask on `seq`; a norm that reparameterizes the layer before it (WeightNorm, Cosine
 Norm) also as that layer against a plain nn.Linear / nn.Conv2d. `cells` times the RNN with the norm
-inside the cell (`model.placement=recurrent`) against nn.RNN / nn.LSTM with the norm on its output.
-With `--compile`, torch.compile'd versions of the from-scratch modules and cells are timed too.
+inside the cell (`model.placement=recurrent`) against nn.RNN / nn.LSTM with the norm on its output,
+and one tanh RNN layer trained through torch's kernel against the pack's recurrence for one member
+(`pack.rnn.one_member`, which `cells.TorchRNN` uses up to `ONE_MEMBER_MAX_BATCH`). With `--compile`, torch.compile'd versions of the from-scratch modules and cells are timed too.
 """
 
 from __future__ import annotations
@@ -183,6 +184,8 @@ def run_cells(args, device: torch.device):
                       fmt_ratio(ratio["recurrent / output"]),
                       fmt_ratio(ratio.get("recurrent, compiled / output")) if args.compile else "-"])
         print(" | ".join(table[-1]), flush=True)
+    one_rows, one_text = _one_member(args, device)
+    rows.append({"one_member_rnn": one_rows})
     text = ("### Recurrent placement: the norm inside the cell vs on the RNN's output\n\n"
             "The default RNN (2 layers, hidden 256, 28 steps), batch 64, forward + backward; ratio = time "
             "with `model.placement=recurrent` / time with `model.placement=output` (nn.RNN / nn.LSTM).\n\n")
@@ -190,4 +193,30 @@ def run_cells(args, device: torch.device):
                             "compiled × output"], table)
     if notes:
         text += "\n\n" + "\n".join(f"- {n}" for n in notes)
-    return {"rows": rows, "notes": notes}, text
+    return {"rows": rows, "notes": notes}, text + "\n\n" + one_text
+
+
+def _one_member(args, device: torch.device) -> tuple[list[dict], str]:
+    """One tanh RNN layer (28 steps of 28 inputs, hidden 256, as the default RNN's first), forward +
+    backward: torch's nn.RNN against `pack.rnn.one_member`, at the batches the studies train at."""
+    from normbench.pack.rnn import ONE_MEMBER_MAX_BATCH, one_member
+
+    rows, table = [], []
+    torch.manual_seed(0)
+    rnn = nn.RNN(28, 256, batch_first=True).to(device)
+    for batch in (2, 8, 32, 64, 256):
+        x = torch.randn(batch, 28, 28, device=device)
+        variants = {"nn.RNN": lambda: nn.RNN.forward(rnn, x)[0].sum().backward(),
+                    "one member": lambda: one_member(rnn, x).sum().backward()}
+        times = interleave({k: timer(v, args.seconds / 2, device) for k, v in variants.items()}, args.rounds)
+        ratio = paired_ratio(times["nn.RNN"], times["one member"])
+        rows.append({"batch": batch, "us": {k: min(v) * 1e6 for k, v in times.items()}, "ratio": ratio})
+        table.append([str(batch), f"{min(times['nn.RNN']) * 1e3:,.2f}", f"{min(times['one member']) * 1e3:,.2f}",
+                      fmt_ratio(ratio), "one member" if batch <= ONE_MEMBER_MAX_BATCH else "nn.RNN"])
+        print(" | ".join(table[-1]), flush=True)
+    text = ("### One tanh RNN layer: torch's kernel vs the pack's recurrence for one member\n\n"
+            "28 steps, 28 inputs, hidden 256, forward + backward; `nn.RNN / one member` > 1 where the pack's "
+            "recurrence is faster. `cells.TorchRNN` trains through it up to batch "
+            f"{ONE_MEMBER_MAX_BATCH} on the CPU (`pack.rnn.ONE_MEMBER_MAX_BATCH`).\n\n")
+    return rows, text + markdown_table(["batch", "nn.RNN ms", "one member ms", "nn.RNN / one member", "a plain run uses"],
+                                       table)

@@ -8,6 +8,10 @@ its backward walks the steps back with one `bmm` each, and the gradient of W_hh 
 matmul over all steps at the end. Autograd on the unrolled loop would record ~5 nodes per step and
 accumulate W_hh's gradient step by step (streaming S recurrent matrices through memory once more per
 step); docs/bench.md measures the difference.
+
+The same Function trains a single tanh RNN faster than torch's own on the CPU at the batches the small-
+batch studies use (`one_member`; `normbench bench --sections cells` measures it against nn.RNN), so a plain
+run's `cells.TorchRNN` takes it there.
 """
 
 from __future__ import annotations
@@ -78,3 +82,16 @@ class PackedRNN(nn.Module):
         for k, m in enumerate(modules):
             for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
                 getattr(m, f"{name}_l0").copy_(getattr(self, name)[k])
+
+
+# Up to this batch, training one tanh RNN layer through `_Recurrence` beat torch's nn.RNN (forward +
+# backward) on the CPU in `normbench bench --sections cells` (docs/bench.md); past it, torch's fused kernel.
+ONE_MEMBER_MAX_BATCH = 32
+
+
+def one_member(rnn: nn.RNN, x: torch.Tensor) -> torch.Tensor:
+    """`rnn(x)[0]` for one batch-first, single-layer tanh nn.RNN, computed as a pack of one: (N, T, in) ->
+    (N, T, H), the same function of the same parameters (tests/test_pack.py checks it in float64)."""
+    pre = torch.nn.functional.linear(x, rnn.weight_ih_l0, rnn.bias_ih_l0 + rnn.bias_hh_l0)  # (N, T, H)
+    out = _Recurrence.apply(pre.transpose(0, 1).unsqueeze(1).contiguous(), rnn.weight_hh_l0.unsqueeze(0))
+    return out.squeeze(1).transpose(0, 1)
