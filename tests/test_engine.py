@@ -348,3 +348,20 @@ def test_batches_cover_the_data_once_in_the_seeds_order(shuffle, drop_last):
         assert not torch.equal(seen, torch.arange(len(seen)))
     else:
         assert torch.equal(seen, torch.arange(len(seen)))
+
+
+@requires_real_data
+@pytest.mark.slow
+def test_bench_fixed_cost_section(tmp_path):
+    """Reference: the fixed section's definition: per run, wall - training - evaluation; each run's own
+    share from its start to the next run's; the first run's share carries the process's one-time imports,
+    so it exceeds the median of the runs between (--quick: 4 runs of 20 steps)."""
+    from normbench.bench import main
+
+    assert main(["--quick", "--sections", "fixed", "--out", str(tmp_path)]) == 0
+    fixed = json.loads((tmp_path / "bench.json").read_text())["fixed"]
+    assert fixed["runs"] == 4 and len(fixed["each_run_fixed_s"]) == 4
+    assert fixed["fixed_per_run_s"] == pytest.approx(
+        (fixed["wall_s"] - fixed["train_s"] - fixed["eval_s"]) / 4)
+    assert 0 < fixed["marginal_s"] < fixed["each_run_fixed_s"][0]
+    assert "fixed cost per run" in (tmp_path / "bench.md").read_text()

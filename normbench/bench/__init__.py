@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import torch
 
-SECTIONS = ("loop", "norms", "cells", "sweep", "packed")
+SECTIONS = ("loop", "norms", "cells", "sweep", "fixed", "packed")
 
 
 def clocks() -> tuple[float, float]:
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
           f"torch {torch.__version__}, {args.rounds} interleaved round(s). Ratios: median over rounds "
           "(range in brackets)."]
     sections = {"loop": loop.run, "norms": kernels.run_norms, "cells": kernels.run_cells, "sweep": sweep.run,
-                "packed": packed.run}
+                "fixed": lambda args, device: sweep.fixed_cost(args), "packed": packed.run}
     for name in args.sections:
         started = time.perf_counter()
         rows, text = sections[name](args, device)

@@ -1,4 +1,5 @@
-"""Bench section `sweep`: one small sweep run serially and through Hydra's joblib launcher.
+"""Bench sections `sweep`, one small sweep run serially and through Hydra's joblib launcher, and `fixed`,
+what a sweep's runs cost besides training and evaluating (`fixed_cost`).
 
 Each variant is the real command in a subprocess, timed from start to exit (Python start-up, Hydra,
 data loading per job and the launcher's worker processes included):
@@ -6,6 +7,10 @@ data loading per job and the launcher's worker processes included):
     normbench train -m norm=bn,ln,gn,none ... threads=2                                   # serial
     normbench train -m norm=bn,ln,gn,none ... threads=1                                   # serial
     normbench train -m norm=bn,ln,gn,none ... hydra/launcher=joblib hydra.launcher.n_jobs=2 threads=1
+
+The fixed cost: a sweep of 12 runs of 150 steps, serially on one thread; per run, the process's wall
+time minus the runs' training and evaluation seconds (results.json's train_s, eval_s), and each run's
+own share from when Hydra started it to when the next run started (`fixed_cost`).
 """
 
 from __future__ import annotations
@@ -48,7 +53,45 @@ def timed(cmd: list[str], sweep_dir: Path, timeout: float | None = None) -> dict
         raise RuntimeError(f"sweep failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
     results = [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/results.json"))]
     return {"wall_s": wall, "jobs": len(results),
-            "train_s": sum(r["steps"] * r["config"]["batch_size"] / r["train_samples_per_s"] for r in results)}
+            "train_s": sum(r["steps"] * r["config"]["batch_size"] / r["train_samples_per_s"] for r in results),
+            "fit_s": sum(r["train_s"] for r in results), "eval_s": sum(r["eval_s"] for r in results)}
+
+
+def fixed_cost(args) -> tuple[dict, str]:
+    """Per-run cost outside training and evaluation in a serial sweep of 12 runs (module docstring): the
+    sweep's own figure, (process wall - training - evaluation) / runs, and each run's, from when Hydra
+    started it (its `.hydra/config.yaml`) to when the next one started, less its training and evaluation.
+    The first run's carries what a process pays once, the last's the process's exit; the median of the
+    others is what one more run costs."""
+    steps, n_seeds = (20, 2) if args.quick else (150, 3)
+    with tempfile.TemporaryDirectory() as tmp:
+        sweep_dir = Path(tmp) / "fixed"
+        cmd = [*sweep_command(args, sweep_dir, ["threads=1", f"seed={','.join(map(str, range(n_seeds)))}"])]
+        cmd = [c if not c.startswith("max_steps=") else f"max_steps={steps}" for c in cmd]
+        started = time.time()
+        r = timed(cmd, sweep_dir)
+        ended = started + r["wall_s"]
+        runs = sorted(((json.loads((d / "results.json").read_text()), (d / ".hydra" / "config.yaml").stat().st_mtime)
+                       for d in sweep_dir.iterdir() if (d / "results.json").exists()), key=lambda rt: rt[1])
+    starts = [t for _, t in runs] + [ended]
+    per_run = [starts[k + 1] - starts[k] - res["train_s"] - res["eval_s"] for k, (res, _) in enumerate(runs)]
+    later = sorted(per_run[1:-1])  # the last run's share ends at the process's exit
+    marginal = later[len(later) // 2] if later else float("nan")
+    sweep_fixed = (r["wall_s"] - r["fit_s"] - r["eval_s"]) / r["jobs"]
+    out = {"runs": r["jobs"], "wall_s": r["wall_s"], "train_s": r["fit_s"], "eval_s": r["eval_s"],
+           "fixed_per_run_s": sweep_fixed, "each_run_fixed_s": per_run, "marginal_s": marginal,
+           "before_first_run_s": starts[0] - started, "exit_s": per_run[-1]}
+    text = (f"### A sweep's fixed cost per run\n\n`normbench train -m norm={NORMS if not args.quick else 'bn,none'} "
+            f"seed=0..{n_seeds - 1} max_steps={steps} threads=1` (model=mlp, {r['jobs']} runs), serial. Per run: "
+            f"(wall - training - evaluation) / runs = **{sweep_fixed:.3f} s** ({r['wall_s']:.1f} s wall, "
+            f"{r['fit_s']:.1f} s training, {r['eval_s']:.1f} s evaluation). Of that, {starts[0] - started:.1f} s "
+            f"pass before the first run starts (Python, Hydra, composing every job) and the first run carries "
+            f"{per_run[0]:.2f} s (torch's import, torch._dynamo's at the first optimizer, the dataset's decode), "
+            f"the last {per_run[-1]:.2f} s (it ends when the process exits); each run between costs a median "
+            f"**{marginal:.3f} s** besides its training and evaluation (range {later[0]:.3f}-{later[-1]:.3f} s, "
+            "from its start to the next run's).\n\n")
+    print(f"sweep fixed cost: {sweep_fixed:.3f} s per run; {marginal:.3f} s per later run", flush=True)
+    return out, text
 
 
 def run(args, device):
