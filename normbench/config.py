@@ -60,6 +60,13 @@ class Placement(Choice):
     output = "output"  # the norm after each RNN layer
     recurrent = "recurrent"  # the norm inside the cell, at every time step
     input = "input"  # the norm on each layer's W_x x_t, over the whole sequence (padding enters it undiluted)
+    pre = "pre"  # Transformer: the norm before each sublayer, inside the residual branch, and a final norm
+    post = "post"  # Transformer: the norm after each residual sum (the original Transformer's)
+
+
+class Tokens(Choice):
+    rows = "rows"  # Transformer tokens: image rows, as the RNN's time steps
+    patches = "patches"  # ... 4 x 4 patches (49 tokens of a 28 x 28 image)
 
 
 class Batching(Choice):
@@ -92,6 +99,9 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     # Image rows as time steps; the norm on each layer's outputs; classify from the last real step.
     # 256 units: 0.860 test accuracy with LN where 128 reached 0.848 (docs/performance.md).
     "rnn": {"hidden": 256, "depth": 1, "cell": "rnn", "placement": "output", "dropout": 0.0},
+    # Tokens (rows) -> linear embedding + learned positions -> depth x [attention, MLP] (pre- or post-norm)
+    # -> mean of the real tokens -> linear.
+    "transformer": {"hidden": 64, "depth": 4, "heads": 4, "tokens": "rows", "placement": "pre", "dropout": 0.0},
 }
 
 
@@ -99,12 +109,15 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
 class ModelConfig:
     # Options left at null take the model's default from MODEL_DEFAULTS; those a model does not use
     # (an MLP's channels, a CNN's cell) stay null.
-    name: Optional[str] = "mlp"  # mlp | cnn | rnn
-    hidden: Optional[int] = None  # MLP width, RNN hidden size, CNN classifier width
-    depth: Optional[int] = None  # MLP hidden layers; RNN stacked layers
+    name: Optional[str] = "mlp"  # mlp | cnn | rnn | transformer
+    hidden: Optional[int] = None  # MLP width, RNN hidden size, CNN classifier width, Transformer width
+    depth: Optional[int] = None  # MLP hidden layers; RNN stacked layers; Transformer blocks
     channels: Optional[List[int]] = None  # CNN channels, one conv stage each
     cell: Optional[RNNCell] = None  # RNN cell: rnn (tanh) | lstm | gru
-    placement: Optional[Placement] = None  # RNN: output (after each layer) | recurrent (inside the cell) | input (on W_x x_t)
+    # RNN: output (after each layer) | recurrent (inside the cell) | input (on W_x x_t); Transformer: pre | post
+    placement: Optional[Placement] = None
+    heads: Optional[int] = None  # Transformer attention heads (they split its width)
+    tokens: Optional[Tokens] = None  # Transformer tokens: rows | patches
     dropout: Optional[float] = None  # dropout before the classifier
 
     def __post_init__(self) -> None:
@@ -117,6 +130,8 @@ class ModelConfig:
             self.cell = _choice(RNNCell, self.cell, "model.cell")
         if self.placement is not None:
             self.placement = _choice(Placement, self.placement, "model.placement")
+        if self.tokens is not None:
+            self.tokens = _choice(Tokens, self.tokens, "model.tokens")
 
 
 @dataclass

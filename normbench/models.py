@@ -23,6 +23,7 @@ from normbench.norms import LAYOUTS, NormFactory
 from normbench.norms.batch import BatchNorm
 from normbench.norms.batch_stats import BatchStatistics
 from normbench.norms.registry import TAG
+from normbench.transformer import Transformer
 
 
 class MLP(nn.Module):
@@ -97,7 +98,7 @@ class RNN(nn.Module):
         return self.head(self.dropout(last))
 
 
-_REGISTRY: dict[str, Callable[..., nn.Module]] = {"mlp": MLP, "cnn": CNN, "rnn": RNN}
+_REGISTRY: dict[str, Callable[..., nn.Module]] = {"mlp": MLP, "cnn": CNN, "rnn": RNN, "transformer": Transformer}
 
 
 def names() -> list[str]:

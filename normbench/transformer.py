@@ -1,0 +1,104 @@
+"""A small Transformer encoder over FashionMNIST/CIFAR-10 images, `model=transformer`.
+
+    tokens (image rows, or 4 x 4 patches) -> linear embedding + learned positions
+    -> depth x [multi-head self-attention, MLP (2 x width, GELU)], each a residual branch
+    -> the mean of the real tokens' outputs -> dropout -> linear classifier
+
+`model.placement` puts the norm where the two conventions do (Xiong et al. 2020, arXiv 2002.04745):
+- `pre`: x + f(norm(x)) for each sublayer f, and a final norm before the pooling (GPT-2, ViT);
+- `post`: norm(x + f(x)) after each residual sum, no final norm (the original Transformer, BERT).
+
+Every norm comes from the catalog on the "seq" layout and gets the padding mask, so with variable
+lengths a padded token enters neither attention (keys are masked), nor any norm's statistics, nor the
+pooling. The positions are a learned table of `MAX_TOKENS`, so sequences up to that length (past the
+trained one too) have positions to read.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normbench import cells
+from normbench.config import ModelConfig
+from normbench.errors import UserError
+from normbench.norms import NormFactory
+
+MAX_TOKENS = 64  # the learned position table's length
+PATCH = 4  # model.tokens=patches: 4 x 4 pixels a token
+MLP_RATIO = 2  # the MLP's hidden width over the model's (ViT and BERT use 4; 2 keeps a default run near two minutes on 2 CPU cores)
+
+
+class Block(nn.Module):
+    """One encoder block: attention then MLP, each a residual branch with its norm before (pre) or after
+    the residual sum (post)."""
+
+    def __init__(self, width: int, heads: int, make: NormFactory, pre: bool):
+        super().__init__()
+        self.heads, self.pre = heads, pre
+        self.attn_norm, self.mlp_norm = make(width, "seq"), make(width, "seq")
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.mlp = nn.Sequential(nn.Linear(width, MLP_RATIO * width), nn.GELU(), nn.Linear(MLP_RATIO * width, width))
+
+    def attend(self, z: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        n, t, d = z.shape
+        q, k, v = self.qkv(z).view(n, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        keys = None if mask is None else mask[:, None, None, :]  # True: a real token, attended to
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=keys)
+        return self.proj(out.transpose(1, 2).reshape(n, t, d))
+
+    def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.pre:
+            z = z + self.attend(self.attn_norm(z, mask), mask)
+            return z + self.mlp(self.mlp_norm(z, mask))
+        z = self.attn_norm(z + self.attend(z, mask), mask)
+        return self.mlp_norm(z + self.mlp(z), mask)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig, make: NormFactory, in_shape, num_classes: int):
+        super().__init__()
+        c, h, w = in_shape
+        width, heads = cfg.hidden, cfg.heads
+        if cfg.placement not in ("pre", "post"):
+            raise UserError(f"model.placement={cfg.placement} is an RNN's; the transformer puts its norms pre or post",
+                            "use model.placement=pre or post")
+        if width % heads:
+            raise UserError(f"model.hidden={width} does not split into model.heads={heads} heads",
+                            f"choose heads that divide {width}, e.g. model.heads=4")
+        if make.reparameterizes:
+            raise UserError(f"{make.name} reparameterizes the layer before it, and the transformer's layers are "
+                            "attention and MLP projections it does not build through the norm",
+                            "use a norm on the tokens: ln, rms, dyt, bn, none, ...")
+        self.patches = cfg.tokens == "patches"
+        if self.patches and (h % PATCH or w % PATCH):
+            raise UserError(f"{h}x{w} images do not split into {PATCH}x{PATCH} patches", "use model.tokens=rows")
+        self.embed = nn.Linear(c * PATCH * PATCH if self.patches else c * w, width)
+        self.positions = nn.Parameter(torch.randn(MAX_TOKENS, width) * 0.02)
+        self.blocks = nn.ModuleList(Block(width, heads, make, cfg.placement == "pre") for _ in range(cfg.depth))
+        self.final = make(width, "seq") if cfg.placement == "pre" else cells.Passthrough()
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.head = nn.Linear(width, num_classes)
+
+    def tokens(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, C, H, W) -> (N, T, features): rows (T = H), or patches in raster order."""
+        n, c, h, w = x.shape
+        if self.patches:
+            return F.unfold(x, PATCH, stride=PATCH).transpose(1, 2)
+        return x.permute(0, 2, 1, 3).reshape(n, h, c * w)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        seq = self.tokens(x)
+        n, t, _ = seq.shape
+        if t > MAX_TOKENS:
+            raise UserError(f"{t} tokens is more than the transformer's {MAX_TOKENS} learned positions",
+                            "use shorter sequences, or model.tokens=rows")
+        mask = None if lengths is None else torch.arange(t, device=x.device) < lengths[:, None]
+        z = self.embed(seq) + self.positions[:t]
+        for block in self.blocks:
+            z = block(z, mask)
+        z = self.final(z, mask)
+        pooled = z.mean(1) if mask is None else (z * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+        return self.head(self.dropout(pooled))

@@ -1,0 +1,113 @@
+"""model=transformer (normbench/transformer.py) against torch's own encoder layer, and its refusals.
+
+Reference: torch.nn.TransformerEncoderLayer (batch first, GELU, no dropout) with the same weights,
+norm_first=True for placement=pre and False for post, with LayerNorm: the same computation written by
+PyTorch, in float64."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from torch import nn
+
+from normbench import models, norms
+from normbench.config import ModelConfig, NormConfig, PackConfig
+from normbench.errors import UserError
+from normbench.runner import run
+from normbench.tracking import NullTracker
+
+
+def _torch_layer(block, width: int, heads: int, pre: bool) -> nn.TransformerEncoderLayer:
+    layer = nn.TransformerEncoderLayer(width, heads, dim_feedforward=block.mlp[0].out_features, dropout=0.0,
+                                       activation="gelu", batch_first=True, norm_first=pre).double()
+    with torch.no_grad():
+        layer.self_attn.in_proj_weight.copy_(block.qkv.weight)
+        layer.self_attn.in_proj_bias.copy_(block.qkv.bias)
+        layer.self_attn.out_proj.weight.copy_(block.proj.weight)
+        layer.self_attn.out_proj.bias.copy_(block.proj.bias)
+        for ours, theirs in ((block.mlp[0], layer.linear1), (block.mlp[2], layer.linear2)):
+            theirs.weight.copy_(ours.weight)
+            theirs.bias.copy_(ours.bias)
+        for ours, theirs in ((block.attn_norm.norm, layer.norm1), (block.mlp_norm.norm, layer.norm2)):  # TokenWise(LN)
+            theirs.weight.copy_(ours.weight)
+            theirs.bias.copy_(ours.bias)
+    return layer.eval()
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_blocks_are_torchs_encoder_layer(placement):
+    """Each block equals TransformerEncoderLayer(norm_first=pre) with its weights, padded keys masked
+    (src_key_padding_mask), on every real token, to 1e-10 in float64."""
+    torch.manual_seed(0)
+    model = models.create(ModelConfig(name="transformer", placement=placement, depth=2), norms.factory("ln"),
+                          (1, 28, 28), 10).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():  # away from LN's ones and zeros
+            p.add_(torch.randn_like(p) * 0.1)
+    z = torch.randn(3, 28, 64, dtype=torch.float64)
+    lengths = torch.tensor([28, 17, 9])
+    mask = torch.arange(28) < lengths[:, None]
+    for block in model.blocks:
+        layer = _torch_layer(block, 64, 4, placement == "pre")
+        with torch.no_grad():
+            ours, theirs = block(z, mask), layer(z, src_key_padding_mask=~mask)
+            torch.testing.assert_close(ours[mask], theirs[mask], rtol=1e-10, atol=1e-10)
+            torch.testing.assert_close(block(z), layer(z), rtol=1e-10, atol=1e-10)
+        z = ours
+
+
+@pytest.mark.parametrize("norm", ["ln", "bn", "rms", "dyt"])
+def test_padded_tokens_change_nothing(norm):
+    """With lengths, what sits in the padded rows reaches no logit: not through attention, a norm's
+    statistics (BN's are masked on sequences) or the pooling (eval mode, float64)."""
+    torch.manual_seed(0)
+    model = models.create(ModelConfig(name="transformer"), norms.factory(norm), (1, 28, 28), 10).double().eval()
+    x = torch.randn(4, 1, 28, 28, dtype=torch.float64)
+    lengths = torch.tensor([28, 20, 13, 5])
+    noisy = x.clone()
+    for i, n in enumerate(lengths):
+        noisy[i, :, n:] = torch.randn_like(noisy[i, :, n:]) * 50
+    with torch.no_grad():
+        torch.testing.assert_close(model(noisy, lengths), model(x, lengths), rtol=1e-10, atol=1e-10)
+
+
+def test_patches_are_4x4_tokens_in_raster_order():
+    """Reference: the image cut by hand into 4 x 4 patches, row by row (49 tokens of 16 pixels)."""
+    model = models.create(ModelConfig(name="transformer", tokens="patches"), norms.factory("ln"), (1, 28, 28), 10)
+    x = torch.arange(28 * 28, dtype=torch.float32).view(1, 1, 28, 28)
+    tokens = model.tokens(x)
+    assert tokens.shape == (1, 49, 16)
+    torch.testing.assert_close(tokens[0, 8], x[0, 0, 4:8, 4:8].reshape(16))  # patch (1, 1)
+
+
+@pytest.mark.parametrize("cfg,options,needle", [
+    (ModelConfig(name="transformer", placement="output"), {}, "model.placement=pre or post"),
+    (ModelConfig(name="transformer", hidden=30, heads=4), {}, "does not split into model.heads=4"),
+    (ModelConfig(name="transformer"), {"name": "wn"}, "reparameterizes the layer before it"),
+    (ModelConfig(name="transformer"), {"name": "in"}, "not defined on"),
+])
+def test_impossible_combinations_are_one_line_errors(cfg, options, needle):
+    with pytest.raises(UserError, match=needle):
+        models.create(cfg, norms.factory(options.get("name", "ln")), (1, 28, 28), 10)
+
+
+def test_post_norm_without_a_norm_trains_or_diverges_recorded(tiny_cfg, tmp_path):
+    """model.placement=post norm=none (no norm at all, residual sums unnormalized): a result, never a
+    crash: completed (with its accuracy) or diverged at its step."""
+    cfg = replace(tiny_cfg, model=ModelConfig(name="transformer", placement="post", hidden=16, depth=2),
+                  norm=NormConfig(name="none"), max_steps=20)
+    res = run(cfg, tmp_path, tracker=NullTracker())
+    assert res["status"] in ("completed", "diverged")
+    assert res["status"] == "diverged" or 0 <= res["test_acc"] <= 1
+
+
+def test_a_transformer_pack_trains_its_members_in_turn(tiny_cfg, tmp_path):
+    """No packed form yet: pack.mode=packed is refused in one line; auto trains the members one after
+    another, each as its separate run would."""
+    cfg = replace(tiny_cfg, model=ModelConfig(name="transformer", hidden=16, depth=1), max_steps=6)
+    with pytest.raises(UserError, match="model=transformer has no packed form"):
+        run(replace(cfg, pack=PackConfig(seeds=[0, 1], mode="packed")), tmp_path / "p")
+    summary = run(replace(cfg, pack=PackConfig(seeds=[0, 1])), tmp_path / "a")
+    assert [m["status"] for m in summary["members"]] == ["completed", "completed"]
+    alone = run(replace(cfg, seed=1), tmp_path / "b", tracker=NullTracker())
+    assert summary["members"][1]["test_acc"] == alone["test_acc"]
