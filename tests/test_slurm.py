@@ -281,7 +281,8 @@ def test_time_limited_task_requeues_itself_and_matches_its_unbroken_twin(faults)
     assert r.returncode == 0, r.stderr
     (res,) = results(faults["sweeps"]["b"]).values()
     assert res["status"] == "completed", res.get("error")
-    assert res["resumed_at_step"] and all(0 < s < res["steps"] for s in res["resumed_at_step"])
+    # a warning during the final evaluation resumes at the last step (training done, evaluations left)
+    assert res["resumed_at_step"] and all(0 < s <= res["steps"] for s in res["resumed_at_step"])
     assert metrics(res) == metrics(faults["twin b"])
     ((state, _, _),) = array_tasks(faults["sweeps"]["b"], expected=1).values()  # one task: a plain job
     assert state == "COMPLETED"
@@ -302,7 +303,9 @@ def test_cancelled_task_is_listed_with_its_resume_command_and_the_others_complet
     assert f"task {c} (SLURM job {faults['job a']}_{c}, state: CANCELLED" in line
     assert "interrupted (SIGTERM) at step" in line and "cancelled (scancel): not requeued" in line
     assert f"resume=true hydra.sweep.dir={sweep}" in line
-    assert max(end for _, _, end in array_tasks(sweep).values()) <= faults["returned a"] + 1
+    # the sweep waited for every task: a task that wrote its result still exits (the interpreter's teardown
+    # with torch takes 1-2 s here) before sacct records its end
+    assert max(end for _, _, end in array_tasks(sweep).values()) <= faults["returned a"] + 3
     runs = results(sweep)
     (cancelled,) = [n for n in runs if n.endswith(f",job{c}")]
     assert runs[cancelled]["status"] == "failed" and runs[cancelled]["interrupted"]["signal"] == "SIGTERM"
