@@ -241,9 +241,7 @@ def _exit_status(e: BaseException, task: _Task, overrides: list[str], debug: boo
         return e.code
     if isinstance(e, KeyboardInterrupt):
         stop = e if isinstance(e, interrupts.Interrupted) else interrupts.Interrupted("SIGINT")
-        where = (f"at step {stop.step}, kept in checkpoint.pt" if stop.step is not None else
-                 "checkpoint.pt keeps the last finished epoch")
-        print(f"normbench: interrupted ({stop.signal}) {where}: rerun the same command with {task.again}",
+        print(f"normbench: interrupted ({stop.signal}) {stop.where}: rerun the same command with {task.again}",
               file=sys.stderr)
         return interrupts.exit_status(stop)
     if isinstance(e, TasksFailed):  # a cluster sweep, after every task ended: one line per task that died

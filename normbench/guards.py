@@ -101,9 +101,7 @@ def check_checkpoint(checkpoint: Path) -> None:
 def describe(e: BaseException) -> str:
     """What results.json says about a run that stopped with `e`."""
     if isinstance(e, interrupts.Interrupted):
-        where = (f"at step {e.step}, kept in {CHECKPOINT}" if e.step is not None else
-                 f"{CHECKPOINT} keeps its last finished epoch")
-        return f"interrupted ({e.signal}) {where}; {e.outcome.then}"
+        return f"interrupted ({e.signal}) {e.where}; {e.outcome.then}"
     if isinstance(e, KeyboardInterrupt):
         return (f"interrupted ({str(e) or 'Ctrl-C'}): finished epochs are kept in {CHECKPOINT}; "
                 "rerun the same command with resume=true to continue")

@@ -54,6 +54,12 @@ class Interrupted(KeyboardInterrupt):
             self._outcome = policy(self.signal)
         return self._outcome
 
+    @property
+    def where(self) -> str:
+        """Where a resume starts, in words: the step its checkpoint holds, or the last finished epoch."""
+        return (f"at step {self.step}, kept in checkpoint.pt" if self.step is not None else
+                "checkpoint.pt keeps its last finished epoch")
+
     def at(self, step: int) -> "Interrupted":
         """The same interruption, stopped at `step` (its checkpoint saved there)."""
         out = Interrupted(self.signal, step)

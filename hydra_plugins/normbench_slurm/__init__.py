@@ -84,9 +84,8 @@ class NormbenchSlurmLauncher(SlurmLauncher):
         except interrupts.Interrupted as e:
             if e.outcome.requeue:
                 self._requeue(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
-            where = f" at step {e.step}" if e.step is not None else ""
             # an Exception, so submitit records it as the task's result and the sweep lists it
-            raise RuntimeError(f"interrupted ({e.signal}){where}; {e.outcome.then}") from None
+            raise RuntimeError(f"interrupted ({e.signal}) {e.where}; {e.outcome.then}") from None
 
     def _policy(self, signal_name: str):
         """Requeue, or end? Asked once, as the run records its interruption."""
