@@ -8,7 +8,9 @@
         margin: 0.0                           # points (x 100 for accuracies); equivalent: the bound, required
         metric: test_acc                      # any number in results.json; a dotted path reaches into
                                               # a dict (test_acc_by_length.42), "x - y" is a run's own
-                                              # difference; a side may set its own (a: {..., metric: ...})
+                                              # difference; a side may set its own (a: {..., metric: ...});
+                                              # lr_sensitivity: a seed's accuracy lost over its lr grid
+                                              # (lr_sensitivity.py), from all the side's runs at that seed
 
     results = test(parse(raw, "claims.yaml"), runs)   # summarize does this
 
@@ -34,7 +36,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from normbench import stats
+from normbench import lr_sensitivity, stats
 from normbench.config import Config, flatten, to_dict
 from normbench.errors import UserError
 from normbench.tables import Run, fmt_value
@@ -60,7 +62,8 @@ class Claim:
     @property
     def scale(self) -> float:
         """Accuracies are fractions shown in percent: a margin in points is margin / 100 of the metric."""
-        return 100.0 if "acc" in self.metric_of(self.a) else 1.0
+        metric = self.metric_of(self.a)
+        return 100.0 if "acc" in metric or metric == lr_sensitivity.METRIC else 1.0
 
 
 @dataclass
@@ -133,7 +136,7 @@ def parse(raw: Any, source: str, study: str = "") -> list[Claim]:
         if any(m.count(" - ") > 1 for m in metrics):
             raise UserError(f"{where}: a metric may be one difference \"x - y\" (got {metrics})",
                             "write each side's metric as a number of results.json or x - y")
-        if len({"acc" in m for m in metrics}) > 1:
+        if len({"acc" in m or m == lr_sensitivity.METRIC for m in metrics}) > 1:
             raise UserError(f"{where}: a and b read metrics in different units ({metrics[0]}, {metrics[1]})",
                             "compare an accuracy with an accuracy (margins are points for them)")
         expect = item.get("expect")
@@ -219,20 +222,25 @@ def _metric(results: dict[str, Any], path: str) -> float | None:
     return value if value is not None and math.isfinite(value) else None  # NaN: missing, not a number to test
 
 
-def _side(claim: Claim, side: dict[str, Any], runs: list[Run]) -> tuple[dict[int, float], str]:
-    """seed -> the metric of the one matching run at that seed; and a note when a seed holds several runs."""
+def _side(claim: Claim, side: dict[str, Any], runs: list[Run], grid: list[Run]) -> tuple[dict[int, float], str]:
+    """seed -> the metric of the one matching run at that seed; and a note when a seed holds several runs.
+    lr_sensitivity reads `grid` instead: every lr's run, not only the ones --select lr kept."""
     keys = {k: v for k, v in side.items() if k != "metric"}
     metric = claim.metric_of(side)
     by_seed: dict[int, list[Run]] = {}
     lost: dict[int, str] = {}  # seed -> the status of a matching run that gave no number
-    for r in runs:
-        if not r.config or (claim.study and r.study != claim.study):
-            continue
-        if all(_matches(r.config.get(k), v) for k, v in keys.items()):
-            if r.status == "completed":
-                by_seed.setdefault(int(r.config.get("seed", 0)), []).append(r)
-            else:
-                lost[int(r.config.get("seed", 0))] = r.status
+    metric_runs = grid if metric == lr_sensitivity.METRIC else runs
+    matching = [r for r in metric_runs if r.config and not (claim.study and r.study != claim.study)
+                and all(_matches(r.config.get(k), v) for k, v in keys.items())]
+    if metric == lr_sensitivity.METRIC:  # one number per seed from all its lrs' runs
+        values, failed = lr_sensitivity.per_seed(matching)
+        return values, (f"seed(s) {', '.join(map(str, failed))} had a failed run, left out of the pairs"
+                        if failed else "")
+    for r in matching:
+        if r.status == "completed":
+            by_seed.setdefault(int(r.config.get("seed", 0)), []).append(r)
+        else:
+            lost[int(r.config.get("seed", 0))] = r.status
     values, note = {}, ""
     if lost:  # a diverged or failed seed leaves the pairs: say so, it may favour the less stable side
         note = ", ".join(f"seed {s} {status}" for s, status in sorted(lost.items())) + ", left out of the pairs"
@@ -254,10 +262,10 @@ def _side(claim: Claim, side: dict[str, Any], runs: list[Run]) -> tuple[dict[int
 AMBIGUOUS = "runs match at seed"  # in a side's note when its selector cannot pick one run per seed
 
 
-def _one(claim: Claim, runs: list[Run]) -> ClaimResult:
+def _one(claim: Claim, runs: list[Run], grid: list[Run]) -> ClaimResult:
     res = ClaimResult(claim)
-    xa, note_a = _side(claim, claim.a, runs)
-    xb, note_b = _side(claim, claim.b, runs)
+    xa, note_a = _side(claim, claim.a, runs, grid)
+    xb, note_b = _side(claim, claim.b, runs, grid)
     res.note = "; ".join(f"{s}: {n}" for s, n in (("a", note_a), ("b", note_b)) if n)
     if AMBIGUOUS in note_a or AMBIGUOUS in note_b:
         return res
@@ -283,12 +291,13 @@ def _one(claim: Claim, runs: list[Run]) -> ClaimResult:
     return res
 
 
-def test(claims: list[Claim], runs: list[Run]) -> list[ClaimResult]:
-    """Every claim tested on `runs`, with its verdict. One family, fixed by what was declared: Holm over
+def test(claims: list[Claim], runs: list[Run], grid: list[Run] | None = None) -> list[ClaimResult]:
+    """Every claim tested on `runs` (lr_sensitivity on `grid`: all of a sweep's runs, when `runs` are
+    those --select lr kept), with its verdict. One family, fixed by what was declared: Holm over
     every hypothesis a verdict can rest on, each claim's expected one and its opposite (2 m p-values; a
     claim that could not be tested counts with p = 1, so what ran cannot make the others easier to pass).
     The exact p's are Holm-adjusted over the m claims on their own."""
-    results = [_one(c, runs) for c in claims]
+    results = [_one(c, runs, runs if grid is None else grid) for c in claims]
     m = len(results)
     adjusted = stats.holm([1.0 if r.p is None else r.p for r in results]
                           + [1.0 if r.p_refute is None else r.p_refute for r in results])

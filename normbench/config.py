@@ -101,7 +101,8 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "rnn": {"hidden": 256, "depth": 1, "cell": "rnn", "placement": "output", "dropout": 0.0},
     # Tokens (rows) -> linear embedding + learned positions -> depth x [attention, MLP] (pre- or post-norm)
     # -> mean of the real tokens -> linear.
-    "transformer": {"hidden": 64, "depth": 4, "heads": 4, "tokens": "rows", "placement": "pre", "dropout": 0.0},
+    "transformer": {"hidden": 64, "depth": 4, "heads": 4, "tokens": "rows", "placement": "pre", "qk_norm": "none",
+                    "dropout": 0.0},
 }
 
 
@@ -118,6 +119,7 @@ class ModelConfig:
     placement: Optional[Placement] = None
     heads: Optional[int] = None  # Transformer attention heads (they split its width)
     tokens: Optional[Tokens] = None  # Transformer tokens: rows | patches
+    qk_norm: Optional[str] = None  # Transformer: a batch-free norm on each head's queries and keys (ln, rms, dyt), none = off
     dropout: Optional[float] = None  # dropout before the classifier
 
     def __post_init__(self) -> None:

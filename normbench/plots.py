@@ -269,6 +269,32 @@ def ghost_figure(evals: Table, trains: Table | None) -> Figure:
     return fig
 
 
+def lr_figure(curves: list) -> Figure:
+    """Test accuracy against lr (log axis) for curves of one (study, data, model, batch): the mean and its
+    95% band over seeds per norm label, each label's sensitivity in the legend."""
+    labels = [c.label for c in curves]
+    colors = _colors(labels)
+    fig = Figure(figsize=(8, 5), layout="constrained")
+    ax = fig.subplots()
+    for c in curves:
+        lrs = [lr for lr in c.lrs if lr in c.cells and c.cells[lr].n]
+        cells = [c.cells[lr] for lr in lrs]
+        sens = c.sensitivity.mean
+        name = c.label + ("" if sens is None else f" (sensitivity {100 * sens:.1f})")
+        ax.plot(lrs, [e.mean for e in cells], marker="o", ms=3, color=colors[c.label], label=name)
+        banded = [(lr, e.ci) for lr, e in zip(lrs, cells) if e.ci]
+        if banded:
+            ax.fill_between([lr for lr, _ in banded], [ci[0] for _, ci in banded], [ci[1] for _, ci in banded],
+                            color=colors[c.label], alpha=0.15, lw=0)
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("test accuracy (diverged: chance)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.suptitle(f"{curves[0].title}\nbands: {CI_NOTE.split(': ', 1)[1]}", fontsize=10)
+    return fig
+
+
 def _batch_stats_twin(s: Summary, t: Table) -> Table | None:
     """The same runs' table with batch statistics at test (test_acc_train_mode), if there is one."""
     return next((u for u in s.tables if (u.kind, u.study, u.data, u.model, u.metric)
@@ -292,6 +318,12 @@ def figures(s: Summary) -> dict[str, Figure]:
     for t in s.tables:
         if t.metric == "test_acc" and any(c.result.n for c in t.comparisons):
             out[f"paired_{t.slug}"] = forest_figure(t)
+    by_title: dict[str, list] = {}
+    for c in s.lr_curves:
+        by_title.setdefault(c.title, []).append(c)
+    for curves in by_title.values():
+        c = curves[0]
+        out["_".join(["lr", c.study or "sweep", c.data, c.model, f"bs{c.batch_size}"])] = lr_figure(curves)
     return out
 
 

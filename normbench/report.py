@@ -207,6 +207,33 @@ def cost_lines(s: Summary) -> list[str]:
     return lines
 
 
+LR_CAPTION = ("test accuracy % by lr, mean [95% t-interval] over seeds (a diverged run counts at chance, 10%); "
+              "sensitivity: the mean over the grid of the best accuracy minus the accuracy at each lr, per seed, "
+              "in points, mean [95% t-interval] (Wortsman et al. 2023, on accuracy): 0 = every lr trains as well")
+
+
+def lr_rows(s: Summary) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) per group of lr curves (study, data, model, batch): a row per norm label."""
+    groups: dict[str, list] = {}
+    for c in s.lr_curves:
+        groups.setdefault(c.title, []).append(c)
+    out = []
+    for title, curves in groups.items():
+        lrs = sorted({lr for c in curves for lr in c.lrs})
+        header = ["norm", *[f"lr={fmt_value(lr)}" for lr in lrs], "sensitivity (points)"]
+        rows = []
+        for c in sorted(curves, key=lambda c: c.sensitivity.mean if c.sensitivity.mean is not None else 1e9):
+            cells = [format_cell(c.cells.get(lr), None) + (f" ({c.diverged[lr]} diverged)" if c.diverged.get(lr)
+                                                          else "") for lr in lrs]
+            sens = c.sensitivity
+            lo, hi = sens.ci or (None, None)
+            text = "" if sens.mean is None else f"{100 * sens.mean:.1f}" + (
+                f" [{100 * lo:.1f}, {100 * hi:.1f}]" if lo is not None else "") + f" n={sens.n}"
+            rows.append([c.label, *cells, text])
+        out.append((title, header, rows))
+    return out
+
+
 def to_markdown(s: Summary, figures: dict[str, Path] | None = None) -> str:
     lines = [f"# normbench summary of `{s.root}`", "", *[f"- {line}" for line in sweep_lines(s)], ""]
     figures = dict(figures or {})
@@ -233,6 +260,11 @@ def to_markdown(s: Summary, figures: dict[str, Path] | None = None) -> str:
             lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
             lines += ["| " + " | ".join(row) + " |" for row in paired_rows(t)]
             lines.append("")
+    if s.lr_curves:
+        lines += ["## Learning-rate sensitivity", "", f"_{LR_CAPTION}_", ""]
+        for title, header, rows in lr_rows(s):
+            lines += [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(row) + " |" for row in rows] + [""]
     if s.extensions:
         lines += ["## Grids to widen", "", "A cell chose the edge of its grid; this trains the next value there:", "",
                   "```", *s.extensions, "```", ""]
@@ -294,6 +326,14 @@ def to_json(s: Summary) -> str:
                       "axis": c, "chosen": v} for t in s.tables for (r, c), v in t.chosen.items()],
         "problems": [{"path": str(r.path), "status": r.status, "note": r.note} for r in s.problems],
         "claims": [r.row() for r in s.claims], "extensions": s.extensions, "costs": s.costs,
+        "lr_sensitivity": [{"study": c.study, "data": c.data, "model": c.model, "norm": c.label,
+                            "batch_size": c.batch_size, "lrs": c.lrs,
+                            "acc": {str(lr): {"mean": e.mean, "ci": e.ci, "values": e.values, "seeds": e.seeds}
+                                    for lr, e in c.cells.items()},
+                            "diverged": {str(lr): n for lr, n in c.diverged.items()},
+                            "sensitivity": {"mean": c.sensitivity.mean, "ci": c.sensitivity.ci,
+                                            "values": c.sensitivity.values, "seeds": c.sensitivity.seeds}}
+                           for c in s.lr_curves],
     }, indent=2, default=str) + "\n"
 
 
@@ -347,6 +387,16 @@ def print_summary(s: Summary, console=None) -> None:
                 style = "green" if c.significant and c.result.mean > 0 else "red" if c.significant else None
                 pt.add_row(*row, style=style)
             console.print(pt)
+    if s.lr_curves:
+        console.print("\n[bold]learning-rate sensitivity[/]")
+        console.print(f"[dim]{LR_CAPTION}[/]")
+        for title, header, rows in lr_rows(s):
+            lt = RichTable(title=title, title_justify="left")
+            for j, h in enumerate(header):
+                lt.add_column(h, justify="left" if j == 0 else "right", no_wrap=True)
+            for row in rows:
+                lt.add_row(*row)
+            console.print(lt)
     if s.extensions:
         console.print("\n[bold]grids to widen[/] (a cell chose the edge of its grid; this trains the next value):")
         for command in s.extensions:

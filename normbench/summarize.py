@@ -1,6 +1,7 @@
 """`normbench summarize PATH`: the results.json files of a sweep (or of all of outputs/) -> the verdicts of
-its declared claims, then tables with 95% intervals and paired comparisons, as CSV, JSON, Markdown, one HTML
-page, plots and TensorBoard runs.
+its declared claims, then tables with 95% intervals and paired comparisons, accuracy against lr with each
+configuration's lr sensitivity (where lr varies), as CSV, JSON, Markdown, one HTML page, plots and
+TensorBoard runs.
 
     normbench summarize outputs/multirun/2025-01-01/12-00-00
     normbench summarize outputs --out reports/ --ref gn   # every run under outputs/, compared with gn
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from normbench.errors import UserError
 from normbench.labels import label_runs, sweep_axes
+from normbench.lr_sensitivity import lr_curves
 from normbench.results import atomic_write_text
 from normbench.runs import costs, find_runs
 from normbench.tables import Summary
@@ -63,8 +65,9 @@ def compute(root: Path, ref: str = "bn", select: str | None = None, claims_file:
         tables = build_tables(kept, labels, ref)
         selection.annotate(tables, chosen, select)
         extensions = selection.extensions(chosen, runs, labels, select, root)
-    tested = claiming.test(declared if declared is not None else claiming.declared(runs), kept)
-    return Summary(root, runs, tables, varied, constant, ref, tested, extensions, costs(runs))
+    tested = claiming.test(declared if declared is not None else claiming.declared(runs), kept, runs)
+    curves = lr_curves(runs, label_runs(runs, pooled=frozenset({"lr"}))) if "lr" in varied else []
+    return Summary(root, runs, tables, varied, constant, ref, tested, extensions, costs(runs), curves)
 
 
 def write_files(s: Summary, out: Path, plots: bool = True) -> dict[str, Path]:

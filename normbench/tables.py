@@ -155,6 +155,7 @@ class Summary:
     claims: list = field(default_factory=list)  # claims.ClaimResult, in the order declared
     extensions: list[str] = field(default_factory=list)  # --select: commands that widen a grid chosen at its edge
     costs: dict = field(default_factory=dict)  # study -> runs, computations, wall_s, train_s, eval_s, other_s
+    lr_curves: list = field(default_factory=list)  # lr_sensitivity.LrCurve: accuracy against lr, where lr varies
 
     @property
     def problems(self) -> list[Run]:

@@ -7,11 +7,15 @@
 `model.placement` puts the norm where the two conventions do (Xiong et al. 2020, arXiv 2002.04745):
 - `pre`: x + f(norm(x)) for each sublayer f, and a final norm before the pooling (GPT-2, ViT);
 - `post`: norm(x + f(x)) after each residual sum, no final norm (the original Transformer, BERT).
+`model.qk_norm=ln` (or rms, dyt) normalizes each head's queries and keys over the head's features before
+their dot products (QK-layernorm: Dehghani et al. 2023, arXiv 2302.05442; Wortsman et al. 2023, arXiv
+2309.14322), whatever `norm` is; `none` leaves them as they are.
 
 Every norm comes from the catalog on the "seq" layout and gets the padding mask, so with variable
 lengths a padded token enters neither attention (keys are masked), nor any norm's statistics, nor the
 pooling. The positions are a learned table of `MAX_TOKENS`, so sequences up to that length (past the
-trained one too) have positions to read.
+trained one too) have positions to read; padding past it (heavy padding of short sequences) gets none, as
+nothing reads it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normbench import cells
+from normbench import cells, norms
 from normbench.config import ModelConfig
 from normbench.errors import UserError
 from normbench.norms import NormFactory
@@ -34,10 +38,13 @@ class Block(nn.Module):
     """One encoder block: attention then MLP, each a residual branch with its norm before (pre) or after
     the residual sum (post)."""
 
-    def __init__(self, width: int, heads: int, make: NormFactory, pre: bool):
+    def __init__(self, width: int, heads: int, make: NormFactory, pre: bool, qk_norm: str = "none"):
         super().__init__()
         self.heads, self.pre = heads, pre
         self.attn_norm, self.mlp_norm = make(width, "seq"), make(width, "seq")
+        self.qk = qk_norm != "none"
+        if self.qk:  # one norm over the head's features, shared by the heads (as the papers' QK-layernorm)
+            self.q_norm, self.k_norm = (norms.create(qk_norm, width // heads, "seq") for _ in range(2))
         self.qkv = nn.Linear(width, 3 * width)
         self.proj = nn.Linear(width, width)
         self.mlp = nn.Sequential(nn.Linear(width, MLP_RATIO * width), nn.GELU(), nn.Linear(MLP_RATIO * width, width))
@@ -45,6 +52,8 @@ class Block(nn.Module):
     def attend(self, z: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         n, t, d = z.shape
         q, k, v = self.qkv(z).view(n, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        if self.qk:  # (N, heads, T, d/heads): each token's head vector on its own (batch-free norms only)
+            q, k = self.q_norm(q.flatten(0, 1)).view(q.shape), self.k_norm(k.flatten(0, 1)).view(k.shape)
         keys = None if mask is None else mask[:, None, None, :]  # True: a real token, attended to
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=keys)
         return self.proj(out.transpose(1, 2).reshape(n, t, d))
@@ -72,12 +81,20 @@ class Transformer(nn.Module):
             raise UserError(f"{make.name} reparameterizes the layer before it, and the transformer's layers are "
                             "attention and MLP projections it does not build through the norm",
                             "use a norm on the tokens: ln, rms, dyt, bn, none, ...")
+        qk_norm = (cfg.qk_norm or "none").lower()
+        if qk_norm != "none" and (qk_norm not in norms.names() or norms.get(qk_norm).batch_dependent
+                                  or norms.get(qk_norm).reparameterizes or "seq" not in norms.get(qk_norm).layouts):
+            free = [n for n in norms.names() if n != "none" and not norms.get(n).batch_dependent
+                    and not norms.get(n).reparameterizes and "seq" in norms.get(n).layouts]
+            raise UserError(f"model.qk_norm={cfg.qk_norm} is not a batch-free norm on tokens (a query's or key's "
+                            "head vector is normalized on its own)", f"use one of: none, {', '.join(free)}")
         self.patches = cfg.tokens == "patches"
         if self.patches and (h % PATCH or w % PATCH):
             raise UserError(f"{h}x{w} images do not split into {PATCH}x{PATCH} patches", "use model.tokens=rows")
         self.embed = nn.Linear(c * PATCH * PATCH if self.patches else c * w, width)
         self.positions = nn.Parameter(torch.randn(MAX_TOKENS, width) * 0.02)
-        self.blocks = nn.ModuleList(Block(width, heads, make, cfg.placement == "pre") for _ in range(cfg.depth))
+        self.blocks = nn.ModuleList(Block(width, heads, make, cfg.placement == "pre", qk_norm)
+                                    for _ in range(cfg.depth))
         self.final = make(width, "seq") if cfg.placement == "pre" else cells.Passthrough()
         self.dropout = nn.Dropout(cfg.dropout)
         self.head = nn.Linear(width, num_classes)
@@ -95,11 +112,13 @@ class Transformer(nn.Module):
                             "patches", "use model.tokens=rows with variable lengths")
         seq = self.tokens(x)
         n, t, _ = seq.shape
-        if t > MAX_TOKENS:
-            raise UserError(f"{t} tokens is more than the transformer's {MAX_TOKENS} learned positions",
+        if t > MAX_TOKENS and (lengths is None or int(lengths.max()) > MAX_TOKENS):  # a host sync only past it
+            raise UserError(f"{t if lengths is None else int(lengths.max())} tokens is more than the transformer's "
+                            f"{MAX_TOKENS} learned positions",
                             "use shorter sequences, or model.tokens=rows")
         mask = None if lengths is None else torch.arange(t, device=x.device) < lengths[:, None]
-        z = self.embed(seq) + self.positions[:t]
+        positions = self.positions[:t] if t <= MAX_TOKENS else F.pad(self.positions, (0, 0, 0, t - MAX_TOKENS))
+        z = self.embed(seq) + positions
         for block in self.blocks:
             z = block(z, mask)
         z = self.final(z, mask)

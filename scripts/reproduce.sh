@@ -14,6 +14,7 @@
 #   QUICK=1 OUT=/tmp/pilot scripts/reproduce.sh            # a few-minute pilot: 2 seeds, 2 lrs, fewer cells
 #   CONVERGED=0 scripts/reproduce.sh                       # without the converged runs (the longest part)
 #   SEEDS=0,1,2,3,4,5,6,7,8,9 JOBS=8 scripts/reproduce.sh  # more seeds, on an 8-core machine
+#   PARTS=transformer RESUME=1 scripts/reproduce.sh        # only the Transformer's studies, into the same OUT
 #
 # Budgets (every table states its own): panel (b) and the CNN see 10,000 training samples at every batch
 # size (1 epoch of a 10k subset: 5,000 steps at batch 2, 78 at 128); panel (a) trains 312 steps at batch 64
@@ -42,6 +43,8 @@ if [ -n "${QUICK:-}" ]; then
   EPSS=${EPSS:-1e-1}; CNN_NORMS=${CNN_NORMS:-bn,gn}; CONV_EPOCHS=${CONV_EPOCHS:-1}
   CONV_SUBSET=${CONV_SUBSET:-2000}; CONV_LRS=${CONV_LRS:-0.025,0.1}; CONV_BATCHES=${CONV_BATCHES:-8,64}
   CONV_GHOSTS=${CONV_GHOSTS:-8,64}
+  T_SEEDS=${T_SEEDS:-0,1}; T_LRS=${T_LRS:-1e-3,1e-1}; T_SUBSET=${T_SUBSET:-1000}; T_SB_SUBSET=${T_SB_SUBSET:-500}
+  T_VARLEN_SUBSET=${T_VARLEN_SUBSET:-1000}; T_VARLEN_EPOCHS=${T_VARLEN_EPOCHS:-1}
 fi
 SEEDS=${SEEDS:-0,1,2,3,4}
 LRS=${LRS:-0.0125,0.025,0.05,0.1,0.2}  # SGD, at batch 64 (scaled linearly with the batch in panel (b))
@@ -63,6 +66,16 @@ CONV_SUBSET=${CONV_SUBSET:-null}  # the full training split
 CONV_LRS=${CONV_LRS:-0.025,0.05,0.1}
 CONV_BATCHES=${CONV_BATCHES:-64}  # 2 and 8: see the header (4 ms a step at batch 2 on one core)
 CONV_GHOSTS=${CONV_GHOSTS:-2,8,64}
+PARTS=${PARTS:-main transformer}  # main: the MLP, CNN and RNN studies; transformer: experiment=lr_sensitivity,
+                                  # small_batch_transformer, variable_length_transformer
+# The Transformer does not pack (its runs train one after another), so its studies are sized down further:
+T_SEEDS=${T_SEEDS:-0,1,2}
+T_LRS=${T_LRS:-1e-4,3e-4,1e-3,3e-3,1e-2,3e-2,1e-1,3e-1}  # the lr study's grid: 8 values, factor ~sqrt(10)
+T_SUBSET=${T_SUBSET:-10000}
+T_SB_SUBSET=${T_SB_SUBSET:-5000}  # small batches: 2,500 steps at batch 2
+T_BATCHES=${T_BATCHES:-2,64}
+T_VARLEN_SUBSET=${T_VARLEN_SUBSET:-5000}
+T_VARLEN_EPOCHS=${T_VARLEN_EPOCHS:-2}
 
 start_date=$(date -u +%Y-%m-%d)
 if [ -e "$OUT" ] && [ -z "${RESUME:-}" ]; then
@@ -92,6 +105,9 @@ study() {  # study NAME OVERRIDES...: one sweep, timed (skipped under RESUME=1 w
   echo "$name: $((SECONDS - start)) s" | tee -a "$OUT/timing.txt"
 }
 
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+
+if part main; then
 # Panel (a): BN's batch alone varies (ghost batches of K in SGD batches of 64), and the batch-independent
 # norms at the same budget.
 GHOST=(experiment=ghost_batch epochs=2 data.subset="$SUBSET" "pack.lrs=[$LRS]")
@@ -126,16 +142,39 @@ if [ "$CONVERGED" != 0 ]; then
   study converged/small_batch "${CONV[@]}" norm=bn,gn,ln batch_size="$CONV_BATCHES"
   study converged/ghost_batch "${CONV[@]}" norm=bn norm.ghost_batch="$CONV_GHOSTS" batch_size=64
 fi
+fi  # part main
 
-summarized=(ghost_batch small_batch variable_length values_per_channel_ghost)
-[ "$CONVERGED" != 0 ] && summarized+=(converged)
+if part transformer; then
+# Learning-rate sensitivity: pre/post x ln, rms, dyt (none once: with no norm, pre and post are one network),
+# then QK-norm on pre- and post-LN; 1 epoch of a 10k subset (156 steps) at each of the 8 lrs.
+LRSENS=(experiment=lr_sensitivity epochs=1 warmup_steps=15 data.subset="$T_SUBSET" "pack.lrs=[$T_LRS]"
+        "pack.seeds=[$T_SEEDS]")
+study lr_sensitivity/norms "${LRSENS[@]}" model.placement=pre,post norm=ln,rms,dyt model.qk_norm=none
+study lr_sensitivity/none "${LRSENS[@]}" model.placement=pre norm=none model.qk_norm=none
+study lr_sensitivity/qk_norm "${LRSENS[@]}" model.placement=pre,post norm=ln model.qk_norm=ln
+# The small-batch regime on the Transformer: batch 2 against 64, one lr (AdamW 1e-3 at 64, sqrt-scaled).
+study small_batch_transformer experiment=small_batch_transformer norm=bn,pn,ln,rms,dyt batch_size="$T_BATCHES" \
+  epochs=1 data.subset="$T_SB_SUBSET" pack.lrs=null lr=1e-3 "pack.seeds=[$T_SEEDS]"
+# The variable-length regime on the Transformer: the padding question (naive vs masked BN vs PN vs LN), and
+# the length question for none and LN; one lr (Adam 1e-3).
+TVARLEN=(experiment=variable_length_transformer epochs="$T_VARLEN_EPOCHS" data.subset="$T_VARLEN_SUBSET" pack.lrs=null
+         lr=1e-3 "pack.seeds=[$T_SEEDS]")
+study variable_length_transformer/padding "${TVARLEN[@]}" varlen_design=padding rnn_norm=bn_naive,bn_masked,pn,ln
+study variable_length_transformer/length "${TVARLEN[@]}" varlen_design=length rnn_norm=none,ln
+fi  # part transformer
+
+summarized=()
+part main && summarized+=(ghost_batch small_batch variable_length values_per_channel_ghost)
+part main && [ "$CONVERGED" != 0 ] && summarized+=(converged)
+part transformer && summarized+=(lr_sensitivity variable_length_transformer)
 for name in "${summarized[@]}"; do
   "$PY" -m normbench summarize "$OUT/$name" --select lr
 done
-"$PY" -m normbench summarize "$OUT/values_per_channel"  # one lr: nothing to select
+part main && "$PY" -m normbench summarize "$OUT/values_per_channel"  # one lr: nothing to select
+part transformer && "$PY" -m normbench summarize "$OUT/small_batch_transformer"  # one lr
 # Every study's declared claims as one family (Holm over all of them), the README's claims table:
 "$PY" -m normbench summarize "$OUT" --select lr --out "$OUT/summary"
-echo "total: $SECONDS s on $(nproc) cores, $JOBS jobs at once" | tee -a "$OUT/timing.txt"
-echo "scripts/reproduce.sh${QUICK:+ (QUICK=1)}" > "$OUT/command.txt"
+echo "total ($PARTS): $SECONDS s on $(nproc) cores, $JOBS jobs at once" | tee -a "$OUT/timing.txt"
+echo "PARTS='$PARTS' scripts/reproduce.sh${QUICK:+ (QUICK=1)}" >> "$OUT/command.txt"
 echo "$start_date" > "$OUT/date.txt"
 echo "check it in and rewrite the README's claims: python scripts/readme_claims.py --record $OUT"

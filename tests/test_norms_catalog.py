@@ -19,7 +19,7 @@ CONFIGS = Path(norms.__file__).resolve().parents[1] / "configs" / "norm"
 def test_one_config_file_per_catalog_name():
     """Reference: norms.names(), in catalog order (docs/design.md, README's catalog)."""
     assert norms.names() == ["none", "bn", "ln", "in", "gn", "rms", "wn", "cn", "sn", "brn", "frn", "evonorm",
-                             "dyt"]
+                             "dyt", "pn"]
     assert sorted(p.stem for p in CONFIGS.glob("*.yaml")) == sorted(norms.names())
 
 

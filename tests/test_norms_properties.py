@@ -2,6 +2,8 @@
 (in)dependence, train = eval, invariance to weight and input scaling, padding-aware statistics, Switchable
 Norm's weights, Batch Renorm's reduction to BN, and the one-line errors for what cannot work."""
 
+import copy
+
 import pytest
 import torch
 
@@ -25,11 +27,14 @@ def test_batch_independence(name, layout):
     x = torch.randn(SHAPES[layout])
     others = x.clone()
     others[1:] = torch.randn_like(others[1:]) * 4 + 2
-    same = torch.allclose(_call(m, x)[0], _call(m, others)[0], atol=1e-6)
+    twin = copy.deepcopy(m)  # the same state for both batches (PowerNorm's forward reads its running psi)
+    same = torch.allclose(_call(m, x)[0], _call(twin, others)[0], atol=1e-6)
     assert same != norms.get(name).batch_dependent
 
 
-@pytest.mark.parametrize("name,layout", [c for c in CASES if not norms.get(c[0]).batch_dependent])
+# PowerNorm is batch-independent within a step, but a training step moves its running psi, which eval
+# mode then uses: its own test (test_norms_reference) checks train mode without autograd equals eval.
+@pytest.mark.parametrize("name,layout", [c for c in CASES if not norms.get(c[0]).batch_dependent and c[0] != "pn"])
 def test_batch_independent_norms_train_equals_eval(name, layout):
     """Reference: Ba et al. 2016 (arXiv 1607.06450): LN needs no separate test-time behaviour; nor does any norm whose
     statistics come from the sample itself."""

@@ -215,3 +215,60 @@ def test_hand_written_backward_passes_match_autograd(name, layout, options):
         return torch.func.functional_call(m, dict(zip(names, ps)), (x,))
 
     assert torch.autograd.gradcheck(f, (x, *[p.detach().clone().requires_grad_() for p in m.parameters()]))
+
+
+@pytest.mark.parametrize("layout", ["flat", "image", "seq"])
+def test_power_norm_against_algorithm_1_by_hand(layout):
+    """Reference: Shen et al. 2020, Algorithm 1, written out in NumPy over three training steps in float64:
+    x_hat = x / sqrt(psi_{t-1}^2 + eps) (the running value, not this batch's), y = gamma x_hat + beta,
+    psi_t^2 = 0.9 psi^2 + 0.1 mean(x^2); backward g = gamma dL/dy, g' = g - nu_{t-1} x_hat,
+    dL/dx = g' / sqrt(psi_{t-1}^2 + eps), nu_t = nu_{t-1} (1 - 0.1 mean(x_hat^2)) + 0.1 mean(x_hat g);
+    means per channel over the batch (+H, W; + real tokens only, padding output 0 with no gradient).
+    Then inference with the final psi, and training-mode passes without autograd leave psi and nu alone."""
+    shape = {"flat": (4, 5), "image": (3, 5, 2, 3), "seq": (3, 4, 5)}[layout]
+    channel = {"flat": (1, 5), "image": (1, 5, 1, 1), "seq": (1, 1, 5)}[layout]
+    axes = tuple(i for i in range(len(shape)) if channel[i] == 1)
+    pn = norms.create("pn", 5, layout).double()
+    gamma, beta = RNG.uniform(0.5, 1.5, 5), RNG.normal(0, 1, 5)
+    _set(pn, weight=gamma, bias=beta)
+    mask = None
+    w = np.ones(shape[:2] + (1,)) if layout == "seq" else np.ones(shape)
+    if layout == "seq":
+        mask = torch.ones(shape[:2], dtype=torch.bool)
+        mask[0, 2:] = False
+        mask[2, 3:] = False
+        w = mask.numpy()[..., None].astype(float)
+    w = np.broadcast_to(w, shape)
+    psi2, nu, eps, m = np.ones(5), np.zeros(5), 1e-5, 0.1
+    count = w.sum(axis=axes)
+    for step in range(3):
+        x = RNG.normal(0.5, 2.0, shape) * w
+        up = RNG.normal(0, 1, shape)
+        xt = torch.tensor(x, requires_grad=True)
+        pn.weight.grad = pn.bias.grad = None
+        out = pn(xt, mask)
+        out.backward(torch.tensor(up))
+        scale = 1 / np.sqrt(psi2 + eps)
+        x_hat = x * scale.reshape(channel) * w
+        y = (gamma.reshape(channel) * x_hat + beta.reshape(channel)) * w
+        g = up * w * gamma.reshape(channel)
+        g_approx = g - nu.reshape(channel) * x_hat
+        grad_x = g_approx * scale.reshape(channel)
+        np.testing.assert_allclose(out.detach().numpy(), y, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(xt.grad.numpy(), grad_x, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(pn.weight.grad.numpy(), (up * w * x_hat).sum(axis=axes), rtol=1e-12)
+        np.testing.assert_allclose(pn.bias.grad.numpy(), (up * w).sum(axis=axes), rtol=1e-12)
+        psi2 = (1 - m) * psi2 + m * (x * x * w).sum(axis=axes) / count
+        nu = nu * (1 - m * (x_hat ** 2).sum(axis=axes) / count) + m * (x_hat * g).sum(axis=axes) / count
+        np.testing.assert_allclose(pn.running_phi.numpy(), psi2, rtol=1e-12)
+        np.testing.assert_allclose(pn.running_nu.numpy(), nu, rtol=1e-12, atol=1e-15)
+        if layout == "seq":  # padding: output 0, and no gradient flows into it
+            assert (out.detach().numpy()[w == 0] == 0).all() and (xt.grad.numpy()[w == 0] == 0).all()
+    x = RNG.normal(0, 1, shape)
+    with torch.no_grad():  # training mode without autograd: the running values, nothing updated
+        train_mode = pn(torch.tensor(x), mask).numpy()
+    np.testing.assert_allclose(pn.running_phi.numpy(), psi2, rtol=1e-12)
+    pn.eval()
+    expected = (x / np.sqrt(psi2 + eps).reshape(channel) * gamma.reshape(channel) + beta.reshape(channel)) * w
+    np.testing.assert_allclose(pn(torch.tensor(x), mask).detach().numpy(), expected, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(train_mode, expected, rtol=1e-12, atol=1e-14)

@@ -68,6 +68,8 @@ def test_variable_length_experiment_composes(option):
     norm = text.split("override /norm: ")[1].split()[0]
     if norm not in norms.names():
         pytest.skip(f"norm {norm!r} is not in this catalog yet")
+    if option in ("pn", "dyt"):
+        pytest.skip(f"rnn_norm={option} is for experiment=variable_length_transformer")
     cfg = OmegaConf.to_object(_compose(["experiment=variable_length", f"rnn_norm={option}"]))
     assert cfg.model.name == "rnn" and cfg.varlen.enabled and cfg.norm.name == norm
     assert (cfg.varlen.min_len, cfg.varlen.max_len) == (10, 28) and {36, 42} <= set(cfg.varlen.test_lengths)
@@ -82,10 +84,34 @@ def test_variable_length_sweep_names_every_variant():
     """Reference: docs/regimes.md's list: none, naive and masked BN (on the outputs and on W_x x_t),
     recurrent BN, LN (output and recurrent), RMS; under both designs (the length and the padding question)."""
     cfg = _compose(["experiment=variable_length"], hydra=True)
-    assert set(cfg.hydra.sweeper.params.rnn_norm.split(",")) == set(_rnn_norm_options()) == {
+    assert set(cfg.hydra.sweeper.params.rnn_norm.split(",")) == {
         "none", "bn_naive", "bn_masked", "bn_naive_input", "bn_masked_input", "bn_recurrent", "ln", "ln_recurrent",
         "rms"}
     assert set(cfg.hydra.sweeper.params.varlen_design.split(",")) == {"length", "padding"}
+    transformer = _compose(["experiment=variable_length_transformer"], hydra=True)
+    assert set(transformer.hydra.sweeper.params.rnn_norm.split(",")) == {
+        "none", "bn_naive", "bn_masked", "pn", "ln", "rms", "dyt"}
+    assert set(cfg.hydra.sweeper.params.rnn_norm.split(",")) | set(transformer.hydra.sweeper.params.rnn_norm.split(
+        ",")) == set(_rnn_norm_options())
+
+
+@pytest.mark.parametrize("experiment, norms_swept", [
+    ("small_batch_transformer", {"bn", "pn", "ln", "rms", "dyt"}), ("lr_sensitivity", {"ln", "rms", "dyt", "none"})])
+def test_transformer_experiments_compose(experiment, norms_swept):
+    """Reference: issue 25's designs: the Transformer with AdamW; the small-batch study over batch 2..64 with
+    BN, PN, LN, RMS, DyT; the lr study over pre/post x four norms x QK-norm on/off, an 8-value log grid."""
+    cfg = _compose([f"experiment={experiment}"], hydra=True)
+    assert cfg.model.name == "transformer" and cfg.optimizer == "adam" and cfg.threads == 1
+    assert set(cfg.hydra.sweeper.params.norm.split(",")) == norms_swept
+    if experiment == "lr_sensitivity":
+        lrs = list(cfg.pack.lrs)
+        assert len(lrs) >= 8 and all(2 <= b / a <= 3.5 for a, b in zip(lrs, lrs[1:]))
+        assert set(cfg.hydra.sweeper.params["model.placement"].split(",")) == {"pre", "post"}
+        assert set(cfg.hydra.sweeper.params["model.qk_norm"].split(",")) == {"none", "ln"}
+    else:
+        assert [int(b) for b in cfg.hydra.sweeper.params.batch_size.split(",")] == [2, 8, 32, 64]
+    varlen = OmegaConf.to_object(_compose(["experiment=variable_length_transformer", "rnn_norm=pn"]))
+    assert varlen.model.name == "transformer" and varlen.varlen.enabled and varlen.norm.name == "pn"
 
 
 def test_variable_length_designs_compose():

@@ -56,7 +56,32 @@ def test_blocks_are_torchs_encoder_layer(placement):
         z = ours
 
 
-@pytest.mark.parametrize("norm", ["ln", "bn", "rms", "dyt"])
+@pytest.mark.parametrize("qk_norm", ["ln", "rms"])
+def test_qk_norm_normalizes_each_heads_queries_and_keys(qk_norm):
+    """Reference: attention written out by hand in float64: per head, q and k each normalized over the
+    head's 16 features (LN: (v - mean) / sqrt(var + 1e-5); RMS: v / sqrt(mean(v^2) + 1e-8); gains 1),
+    softmax(q k^T / sqrt(16)) v over the real keys, heads concatenated, the output projection."""
+    torch.manual_seed(0)
+    model = models.create(ModelConfig(name="transformer", qk_norm=qk_norm), norms.factory("ln"), (1, 28, 28), 10)
+    block = model.blocks[0].double()
+    z = torch.randn(3, 7, 64, dtype=torch.float64)
+    mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3, [True] * 2 + [False] * 5])
+    q, k, v = block.qkv(z).view(3, 7, 3, 4, 16).permute(2, 0, 3, 1, 4)
+    def norm(u):
+        if qk_norm == "ln":
+            return (u - u.mean(-1, keepdim=True)) / (u.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+        return u / (u.square().mean(-1, keepdim=True) + 1e-8).sqrt()
+    scores = norm(q) @ norm(k).transpose(-1, -2) / 4.0
+    scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+    expected = block.proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(3, 7, 64))
+    with torch.no_grad():
+        torch.testing.assert_close(block.attend(z, mask), expected, rtol=1e-10, atol=1e-10)
+    plain = models.create(ModelConfig(name="transformer"), norms.factory("ln"), (1, 28, 28), 10).blocks[0].double()
+    plain.load_state_dict(block.state_dict(), strict=False)
+    assert not torch.allclose(plain.attend(z, mask), block.attend(z, mask))  # it is not the plain attention
+
+
+@pytest.mark.parametrize("norm", ["ln", "bn", "rms", "dyt", "pn"])
 def test_padded_tokens_change_nothing(norm):
     """With lengths, what sits in the padded rows reaches no logit: not through attention, a norm's
     statistics (BN's are masked on sequences) or the pooling (eval mode, float64)."""
@@ -85,6 +110,8 @@ def test_patches_are_4x4_tokens_in_raster_order():
     (ModelConfig(name="transformer", hidden=30, heads=4), {}, "does not split into model.heads=4"),
     (ModelConfig(name="transformer"), {"name": "wn"}, "reparameterizes the layer before it"),
     (ModelConfig(name="transformer"), {"name": "in"}, "not defined on"),
+    (ModelConfig(name="transformer", qk_norm="bn"), {}, "model.qk_norm=bn is not a batch-free norm"),
+    (ModelConfig(name="transformer", qk_norm="foo"), {}, "use one of: none, ln"),
 ])
 def test_impossible_combinations_are_one_line_errors(cfg, options, needle):
     with pytest.raises(UserError, match=needle):

@@ -32,11 +32,17 @@ from normbench.errors import UserError
 from normbench.studies import small_batch
 
 
+SEQUENCE_MODELS = ("rnn", "transformer")  # they take (x, lengths) and mask what lies past each length
+
+
 def validate(cfg: Config) -> None:
     v = cfg.varlen
-    if cfg.model.name != "rnn":
+    if cfg.model.name not in SEQUENCE_MODELS:
         raise UserError(f"varlen.enabled needs a sequence model, not model={cfg.model.name}",
-                        "use model=rnn (or experiment=variable_length)")
+                        "use model=rnn or model=transformer (or experiment=variable_length)")
+    if cfg.model.name == "transformer" and cfg.model.tokens != "rows":
+        raise UserError("variable lengths count image rows, and model.tokens=patches makes tokens of 4 x 4 patches",
+                        "use model.tokens=rows with varlen.enabled")
     if cfg.data.augment:  # a crop would shift padding rows into the real ones
         raise UserError("data.augment does not apply to variable-length sequences", "set data.augment=false")
     if not 1 <= v.min_len <= v.max_len:
@@ -126,10 +132,12 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, clock: PassC
 
 # Norms whose output at a token never reads another token (per token, or a reparameterized weight), and,
 # in eval mode, BN and Batch Renorm too (affine maps of their running statistics). In a causal RNN that
-# classifies from each sequence's last real step, padding after it then cannot change the answer.
+# classifies from each sequence's last real step, or a Transformer that masks padded keys and pools the real
+# tokens only, padding after a sequence then cannot change its answer.
 PER_TOKEN = frozenset({"ln", "rms", "gn", "frn", "wn", "cn"})
 RUNNING_PER_TOKEN = PER_TOKEN | {"bn", "brn"}
-PADDING_FREE = "padding after a sequence's last real step cannot reach its answer (a causal RNN, norms per token)"
+PADDING_FREE = ("padding after a sequence's last real step cannot reach its answer (a causal RNN, or a "
+                "Transformer's masked attention and pooling; norms per token)")
 
 
 def per_token(model: nn.Module, names: frozenset[str]) -> bool:
