@@ -145,20 +145,20 @@ fi
 fi  # part main
 
 if part transformer; then
+COMMON=("${COMMON[@]/#pack.seeds=*/pack.seeds=[$T_SEEDS]}")  # the Transformer's studies: T_SEEDS
 # Learning-rate sensitivity: pre/post x ln, rms, dyt (none once: with no norm, pre and post are one network),
 # then QK-norm on pre- and post-LN; 1 epoch of a 10k subset (156 steps) at each of the 8 lrs.
-LRSENS=(experiment=lr_sensitivity epochs=1 warmup_steps=15 data.subset="$T_SUBSET" "pack.lrs=[$T_LRS]"
-        "pack.seeds=[$T_SEEDS]")
+LRSENS=(experiment=lr_sensitivity epochs=1 warmup_steps=15 data.subset="$T_SUBSET" "pack.lrs=[$T_LRS]")
 study lr_sensitivity/norms "${LRSENS[@]}" model.placement=pre,post norm=ln,rms,dyt model.qk_norm=none
 study lr_sensitivity/none "${LRSENS[@]}" model.placement=pre norm=none model.qk_norm=none
 study lr_sensitivity/qk_norm "${LRSENS[@]}" model.placement=pre,post norm=ln model.qk_norm=ln
 # The small-batch regime on the Transformer: batch 2 against 64, one lr (AdamW 1e-3 at 64, sqrt-scaled).
 study small_batch_transformer experiment=small_batch_transformer norm=bn,pn,ln,rms,dyt batch_size="$T_BATCHES" \
-  epochs=1 data.subset="$T_SB_SUBSET" pack.lrs=null lr=1e-3 "pack.seeds=[$T_SEEDS]"
+  epochs=1 data.subset="$T_SB_SUBSET" pack.lrs=null lr=1e-3
 # The variable-length regime on the Transformer: the padding question (naive vs masked BN vs PN vs LN), and
 # the length question for none and LN; one lr (Adam 1e-3).
 TVARLEN=(experiment=variable_length_transformer epochs="$T_VARLEN_EPOCHS" data.subset="$T_VARLEN_SUBSET" pack.lrs=null
-         lr=1e-3 "pack.seeds=[$T_SEEDS]")
+         lr=1e-3)
 study variable_length_transformer/padding "${TVARLEN[@]}" varlen_design=padding rnn_norm=bn_naive,bn_masked,pn,ln
 study variable_length_transformer/length "${TVARLEN[@]}" varlen_design=length rnn_norm=none,ln
 fi  # part transformer
