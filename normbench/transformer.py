@@ -34,6 +34,14 @@ PATCH = 4  # model.tokens=patches: 4 x 4 pixels a token
 MLP_RATIO = 2  # the MLP's hidden width over the model's (ViT and BERT use 4; with 2 a default run took 180 s here)
 
 
+def image_tokens(x: torch.Tensor, patches: bool) -> torch.Tensor:
+    """(N, C, H, W) -> (N, T, features): rows (T = H), or 4 x 4 patches in raster order."""
+    n, c, h, w = x.shape
+    if patches:
+        return F.unfold(x, PATCH, stride=PATCH).transpose(1, 2)
+    return x.permute(0, 2, 1, 3).reshape(n, h, c * w)
+
+
 class Block(nn.Module):
     """One encoder block: attention then MLP, each a residual branch with its norm before (pre) or after
     the residual sum (post)."""
@@ -100,11 +108,7 @@ class Transformer(nn.Module):
         self.head = nn.Linear(width, num_classes)
 
     def tokens(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, C, H, W) -> (N, T, features): rows (T = H), or patches in raster order."""
-        n, c, h, w = x.shape
-        if self.patches:
-            return F.unfold(x, PATCH, stride=PATCH).transpose(1, 2)
-        return x.permute(0, 2, 1, 3).reshape(n, h, c * w)
+        return image_tokens(x, self.patches)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         if lengths is not None and self.patches:

@@ -59,7 +59,7 @@ def section(results: Path = RESULTS) -> str:
     lines = []
     if run:
         lines += [f"Verdicts from `{run['command']}` at git {run['git_sha']} ({run['date']}, {run['wall_s']:,} s on "
-                  f"{run['cores']} cores), summarized as one family (Holm over the {2 * len(tested)} hypotheses of its {len(tested)} claims) into "
+                  f"{run['cores']} cores, the longest invocation), summarized as one family (Holm over the {2 * len(tested)} hypotheses of its {len(tested)} claims) into "
                   f"[docs/results/summary.json](docs/results/summary.json). a − b: mean [95% t-interval] over the "
                   f"pairs (seeds), in percentage points for accuracies (a metric's own unit otherwise).", ""]
     else:
@@ -97,12 +97,22 @@ def record(out: Path) -> None:
     for name in ("summary.json", "claims.csv", "summary.md"):
         shutil.copy(src / name, RESULTS / name)
     timing = (out / "timing.txt").read_text().splitlines()
-    total = next(line for line in timing if line.startswith("total:"))
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout
-    run = {"command": (out / "command.txt").read_text().strip() if (out / "command.txt").exists()
+    totals = [line for line in timing if line.startswith("total")]  # one per invocation (PARTS=...)
+    if not totals:
+        raise SystemExit(f"readme_claims.py: {out / 'timing.txt'} has no total line; the run did not finish")
+    ran = sorted({str(json.loads(f.read_text()).get("git_sha") or "")[:7] for f in out.glob("**/results.json")} - {""})
+    sha = ", ".join(ran) or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                           cwd=REPO).stdout  # the commits the runs record
+    run = {"command": (out / "command.txt").read_text().strip().replace("\n", "; ") if (out / "command.txt").exists()
            else "scripts/reproduce.sh", "git_sha": sha.strip(), "date": (out / "date.txt").read_text().strip()
-           if (out / "date.txt").exists() else "", "wall_s": int(total.split()[1]),
-           "cores": int(total.split(" on ")[1].split()[0]), "timing": timing}
+           if (out / "date.txt").exists() else "", "wall_s": max(int(t.split(": ")[1].split()[0]) for t in totals),
+           "cores": int(totals[0].split(" on ")[1].split()[0]), "timing": timing}
+    for study in sorted(p.parent for p in out.glob("*/summary.md")):  # each study's tables and figures
+        dest = RESULTS / study.name
+        dest.mkdir(exist_ok=True)
+        for f in [study / "summary.md", *sorted(study.glob("*.png"))]:
+            if not f.name.startswith("paired_"):
+                shutil.copy(f, dest / f.name)
     (RESULTS / "run.json").write_text(json.dumps(run, indent=2) + "\n")
     (RESULTS / "claims.md").write_text("# The declared claims and their verdicts\n\n" + section() + "\n")
 

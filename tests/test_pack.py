@@ -22,7 +22,8 @@ from normbench.pack.plan import members as pack_members
 from normbench.tracking import NullTracker
 
 STEPS, TOL = 50, 1e-8
-SMALL = {"mlp": {"hidden": 24}, "cnn": {"channels": [8, 8], "hidden": 16}, "rnn": {"hidden": 16}}
+SMALL = {"mlp": {"hidden": 24}, "cnn": {"channels": [8, 8], "hidden": 16}, "rnn": {"hidden": 16},
+         "transformer": {"hidden": 16, "depth": 2, "heads": 2}}
 
 
 class Losses(NullTracker):
@@ -168,6 +169,30 @@ def test_variable_length_batches_with_masks_pack_as_separate_runs(norm, opts, pl
                  varlen=VarLenConfig(enabled=True, min_len=6, max_len=28), pack=PackConfig(seeds=[0, 1, 2]),
                  batch_size=16)  # at 8, a late step's statistics may see one sample (variance 0): rounding
     # differences of 4e-16 grew to 1e-7 in 50 steps, where at 16 they stay below 1e-13
+    assert_members_equal_separate_runs(cfg)
+
+
+TRANSFORMER = [("ln", {"placement": "pre"}), ("rms", {"placement": "post"}), ("bn", {"placement": "pre"}),
+               ("pn", {"placement": "post"}), ("dyt", {"qk_norm": "ln"}), ("none", {"qk_norm": "rms"})]
+
+
+@pytest.mark.parametrize("norm,opts", TRANSFORMER, ids=[f"{n}-{'-'.join(o.values())}" for n, o in TRANSFORMER])
+def test_transformer_packs_as_separate_runs(norm, opts, tiny_root):
+    """Reference: each member trained alone (runner's own path), float64: one batched matmul per linear,
+    one attention call over S x N sequences, LN packed, every other norm (and QK-norm) per member."""
+    assert_members_equal_separate_runs(config(tiny_root, "transformer", norm, model_opts=opts,
+                                              pack=PackConfig(seeds=[0, 1])))
+
+
+TRANSFORMER_VARLEN = [("bn", {"masked": False}), ("pn", {}), ("ln", {})]
+
+
+@pytest.mark.parametrize("norm,opts", TRANSFORMER_VARLEN, ids=[f"{n}-{o}" for n, o in TRANSFORMER_VARLEN])
+def test_transformer_packs_variable_lengths_as_separate_runs(norm, opts, tiny_root):
+    """Members' batches differ in padded length: masked attention and pooling per member, and naive BN
+    counting only its own member's padding (PerMember trims to it)."""
+    cfg = config(tiny_root, "transformer", norm, norm_opts=opts, varlen=VarLenConfig(enabled=True, min_len=6, max_len=28),
+                 pack=PackConfig(seeds=[0, 1, 2]), batch_size=16)
     assert_members_equal_separate_runs(cfg)
 
 

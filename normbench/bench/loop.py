@@ -24,7 +24,7 @@ from normbench.config import Config, DataConfig, ModelConfig, NormConfig, to_dic
 from normbench.engine import fit
 from normbench.tracking import NullTracker, RichTracker, TensorBoardTracker, Trackers
 
-CASES = (("mlp", "bn"), ("cnn", "bn"), ("rnn", "ln"))  # (model, norm): the reference runs
+CASES = (("mlp", "bn"), ("cnn", "bn"), ("rnn", "ln"), ("transformer", "ln"))  # (model, norm): the default runs
 BATCH_SIZES = (2, 64, 256)
 LR = 1e-3
 

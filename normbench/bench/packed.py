@@ -30,7 +30,7 @@ from normbench.bench import fmt_ratio, interleave, markdown_table, paired_ratio,
 from normbench.config import ModelConfig
 from normbench.pack.model import PackedModel
 
-CASES = (("mlp", "bn"), ("cnn", "gn"), ("rnn", "ln"))
+CASES = (("mlp", "bn"), ("cnn", "gn"), ("rnn", "ln"), ("transformer", "ln"))
 BATCH_SIZES = (2, 8, 64, 256)
 MEMBERS = (1, 5, 16)
 TOUCHES = 10  # reads and writes of each parameter's float per AdamW step (see the module docstring)

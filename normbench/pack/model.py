@@ -20,6 +20,8 @@ from torch import nn
 from normbench.members import Members
 from normbench.models import CNN, MLP, RNN, length_mask
 from normbench.pack.layers import PackedConv2d, PerMember, convert, to_layout, unpack_into
+from normbench.pack.transformer import PackedTransformer
+from normbench.transformer import Transformer
 
 
 class PackedSequential(nn.Module):
@@ -100,6 +102,8 @@ class PackedModel(Members):
             self.net = PackedSequential([m.net for m in members])
         elif kind is RNN:
             self.net = PackedRNNModel(members)
+        elif kind is Transformer:
+            self.net = PackedTransformer(members)
         else:
             raise TypeError(f"no packed form of {kind.__name__}")
         self.size = len(members)
