@@ -1,11 +1,13 @@
-"""The README's claims table, generated: the shipped experiments' declared claims with the verdicts of the
-run checked into docs/results/ (its summary.json, with the git sha, command and wall time in run.json).
+"""The README's claims table and results tables, generated: the shipped experiments' declared claims with
+the verdicts of the run checked into docs/results/ (its summary.json, with the git sha, command and wall
+time in run.json), and each study's test-accuracy tables from its docs/results/<study>/summary.md.
 
     python scripts/readme_claims.py --record outputs/reproduce   # after scripts/reproduce.sh: check the run in
     python scripts/readme_claims.py                              # rewrite the README's section from it
     python scripts/readme_claims.py --check                      # exit 1 if the README disagrees (a test runs it)
 
-The section sits between the README's `<!-- claims:begin -->` and `<!-- claims:end -->` lines. Each claim of
+The sections sit between the README's `<!-- claims:begin -->` and `<!-- claims:end -->` lines, and its
+`<!-- tables:begin -->` and `<!-- tables:end -->` lines. Each claim of
 normbench/configs/experiment/*.yaml is one row; a claim the checked-in run does not hold (a study not yet
 run at its current design) says so instead of a verdict. Numbers are copied from summary.json, never
 computed here: summarize tested them.
@@ -29,6 +31,12 @@ EXPERIMENTS = REPO / "normbench" / "configs" / "experiment"
 RESULTS = REPO / "docs" / "results"
 README = REPO / "README.md"
 BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
+TABLES_BEGIN, TABLES_END = "<!-- tables:begin -->", "<!-- tables:end -->"
+# The studies' own summaries (docs/results/<study>/summary.md, from `summarize <study> --select lr`), in the
+# README's order; a study not listed comes after them.
+ORDER = ["ghost_batch", "small_batch", "values_per_channel", "values_per_channel_ghost", "converged",
+         "variable_length", "small_batch_transformer", "variable_length_transformer", "lr_sensitivity"]
+KEPT = "test accuracy (running statistics)"  # the tables the README shows; summary.md has the others
 
 
 def declared() -> list[tuple[str, dict]]:
@@ -80,10 +88,56 @@ def section(results: Path = RESULTS) -> str:
     return "\n".join(lines)
 
 
-def current(readme: str) -> str:
-    if BEGIN not in readme or END not in readme:
-        raise SystemExit(f"readme_claims.py: README.md has no {BEGIN} ... {END} section")
-    return readme[readme.index(BEGIN) + len(BEGIN):readme.index(END)].strip("\n")
+def _sections(markdown: str) -> list[tuple[str, list[str]]]:
+    """(header line, body lines) per `##`/`###` section of a summary.md."""
+    out: list[tuple[str, list[str]]] = []
+    for line in markdown.splitlines():
+        if line.startswith(("## ", "### ")):
+            out.append((line, []))
+        elif out:
+            out[-1][1].append(line)
+    return out
+
+
+def tables_section(results: Path = RESULTS) -> str:
+    """Each checked-in study's test-accuracy tables (running statistics) and lr-sensitivity tables, with
+    its time line and figures, copied from its summary.md (never computed here)."""
+    studies = sorted((d for d in results.iterdir() if (d / "summary.md").exists()) if results.is_dir() else [],
+                     key=lambda d: (ORDER.index(d.name) if d.name in ORDER else len(ORDER), d.name))
+    if not studies:
+        return "No study summaries are checked in yet (docs/results/<study>/summary.md)."
+    lines = []
+    for d in studies:
+        md = (d / "summary.md").read_text()
+        lines += [f"#### `{d.name}`", "", f"From [docs/results/{d.name}/summary.md](docs/results/{d.name}/summary.md) "
+                  "(every table, the paired comparisons, the runs that failed or diverged).", ""]
+        lines += [line.lstrip("- ") for line in md.splitlines() if line.startswith("- time, ")] + [""]
+        in_lr = False
+        for header, body in _sections(md):
+            in_lr = header == "## Learning-rate sensitivity" or (in_lr and header.startswith("### "))
+            if KEPT in header or (in_lr and header.startswith("### ")) or header == "## Learning-rate sensitivity":
+                text, seen_table = [], False
+                for b in body:  # the table and the notes under it, not the paired comparisons after them
+                    if seen_table and not b.strip():
+                        break
+                    if seen_table and not b.startswith("|") and text and text[-1].startswith("|"):
+                        text.append("")  # a note right under a table would read as one more row
+                    seen_table |= b.startswith("|")
+                    if not b.startswith("!["):
+                        text.append(b)
+                while text and not text[-1].strip():
+                    text.pop()
+                lines += ["**" + header.lstrip("#").strip() + "**", *text, ""]
+        lines += [f"![{png.stem}](docs/results/{d.name}/{png.name})" for png in sorted(d.glob("*.png"))
+                  if not png.name.startswith("paired_")]
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
+def current(readme: str, begin: str = BEGIN, end: str = END) -> str:
+    if begin not in readme or end not in readme:
+        raise SystemExit(f"readme_claims.py: README.md has no {begin} ... {end} section")
+    return readme[readme.index(begin) + len(begin):readme.index(end)].strip("\n")
 
 
 def record(out: Path) -> None:
@@ -125,15 +179,18 @@ def main(argv: list[str]) -> int:
     if args.record:
         record(args.record)
     readme = README.read_text()
-    want = section()
+    wants = {(BEGIN, END): section(), (TABLES_BEGIN, TABLES_END): tables_section()}
     if args.check:
-        if current(readme) != want:
-            print("readme_claims.py: README.md's claims section differs from docs/results/ and the experiments' "
-                  "claims; run python scripts/readme_claims.py", file=sys.stderr)
+        stale = [b for (b, e), want in wants.items() if current(readme, b, e) != want]
+        if stale:
+            print(f"readme_claims.py: README.md's {' and '.join(stale)} section(s) differ from docs/results/ and the "
+                  "experiments' claims; run python scripts/readme_claims.py", file=sys.stderr)
             return 1
         return 0
-    head, tail = readme[:readme.index(BEGIN) + len(BEGIN)], readme[readme.index(END):]
-    README.write_text(f"{head}\n{want}\n{tail}")
+    for (begin, end), want in wants.items():
+        current(readme, begin, end)
+        readme = f"{readme[:readme.index(begin) + len(begin)]}\n{want}\n{readme[readme.index(end):]}"
+    README.write_text(readme)
     return 0
 
 

@@ -20,7 +20,7 @@
 #
 # Budgets (every table states its own): panel (b) and the CNN see 10,000 training samples at every batch
 # size (1 epoch of a 10k subset: 5,000 steps at batch 2, 78 at 128); panel (a) trains 312 steps at batch 64
-# (2 epochs of the same subset); the RNN 10 epochs of a 10k subset (1,560 steps at batch 64, enough epochs
+# (2 epochs of the same subset); the RNN 6 epochs of a 10k subset (936 steps at batch 64, enough epochs
 # for summarize's plateau check); the converged runs 10 epochs of the full training split (55k) at batch 64
 # only (panel (b)'s bn, gn, ln and panel (a)'s ghost batches K = 2, 8, 64). The converged design's batch 2
 # and 8 cells (experiment=converged) are not run here: at batch 2 a 3-lr pack takes 4 ms a step on one core
@@ -57,7 +57,7 @@ GHOSTS=${GHOSTS:-2,4,8,16,64}
 POSITIONS=${POSITIONS:-1,4,16,null}  # BN statistics over k random positions per image (null: all)
 RNN_NORMS=${RNN_NORMS:-none,bn_recurrent,ln,ln_recurrent,rms}  # the length question
 PAD_NORMS=${PAD_NORMS:-none,bn_naive,bn_masked,bn_naive_input,bn_masked_input}  # the padding question
-RNN_EPOCHS=${RNN_EPOCHS:-10}  # 10 epochs of a 10k subset: summarize's plateau check needs >= 5 epochs
+RNN_EPOCHS=${RNN_EPOCHS:-6}  # 6 epochs of a 10k subset: summarize's plateau check needs >= 5 epochs
 SUBSET=${SUBSET:-10000}
 RNN_SUBSET=${RNN_SUBSET:-10000}
 EPSS=${EPSS:-1e-3,1e-1}  # BN's eps at ghost batch 2, beside its default 1e-5 (ghost_batch/bn)
@@ -129,10 +129,13 @@ study small_batch/mlp "${SMALL[@]}" norm="$NORMS" batch_size="$BATCHES"
 # The CNN at batch 2, the cell the GroupNorm paper's figure is about (the small CNN of values_per_channel).
 study small_batch/cnn experiment=small_batch model=cnn "model.channels=[16,32]" model.hidden=128 \
   norm="$CNN_NORMS" batch_size=2 epochs=1 data.subset="$SUBSET" "pack.lrs=[$LRS]"
-# Values per channel at a fixed batch: a conv BN whose statistics see batch x k positions. One lr (the
-# CNN costs ~10x the MLP per sample on a CPU), the small-batch rule's 0.05 x 8/64.
+# Values per channel at a fixed batch: a conv BN whose statistics see batch x k positions (a second probe,
+# beside the matched one below; POSITIONS_PROBE=1 runs it: ~500 core-seconds). One lr (the CNN costs ~10x
+# the MLP per sample on a CPU), the small-batch rule's 0.05 x 8/64.
+if [ -n "${POSITIONS_PROBE:-}" ]; then
 study values_per_channel experiment=small_batch model=cnn "model.channels=[16,32]" model.hidden=128 norm=bn \
   batch_size=8 norm.positions="$POSITIONS" pack.lrs=null lr=0.05 epochs=1 data.subset="$SUBSET"
+fi
 # Values per channel, matched: the same CNN under panel (a)'s optimizer (SGD batch 64, the MLP's lr grid and
 # steps), BN over ghost batches of K (K x H x W values per channel).
 study values_per_channel_ghost "${GHOST[@]}" model=cnn "model.channels=[16,32]" model.hidden=128 norm=bn \
@@ -176,7 +179,9 @@ part transformer && summarized+=(lr_sensitivity variable_length_transformer)
 for name in "${summarized[@]}"; do
   "$PY" -m normbench summarize "$OUT/$name" --select lr
 done
-part main && "$PY" -m normbench summarize "$OUT/values_per_channel"  # one lr: nothing to select
+if part main && [ -d "$OUT/values_per_channel" ]; then
+  "$PY" -m normbench summarize "$OUT/values_per_channel"  # one lr: nothing to select
+fi
 part transformer && "$PY" -m normbench summarize "$OUT/small_batch_transformer"  # one lr
 # Every study's declared claims as one family (Holm over all of them), the README's claims table:
 "$PY" -m normbench summarize "$OUT" --select lr --out "$OUT/summary"

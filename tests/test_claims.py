@@ -250,6 +250,26 @@ def test_readme_claims_copy_the_checked_in_verdicts(tmp_path):
     assert text.count("not in the checked-in run") == len(readme_claims.declared()) - 1
 
 
+def test_readme_tables_copy_each_studys_accuracy_tables(tmp_path):
+    """Reference: a study's summary.md as summarize writes it (the hand-made small-batch sweep): the README
+    section copies its test-accuracy table with running statistics word for word, leaves out the other
+    metrics and the paired comparisons, and links the study's figures."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import readme_claims
+    from test_summarize import small_batch_sweep
+
+    from normbench.summarize import summarize
+
+    small_batch_sweep(tmp_path / "small_batch")
+    summarize(tmp_path / "small_batch")
+    md = (tmp_path / "small_batch" / "summary.md").read_text()
+    text = readme_claims.tables_section(tmp_path)
+    table = md.split("## fashion_mnist · mlp · test accuracy (running statistics) by batch size\n\n")[1].split("\n\n")[0]
+    assert table.startswith("| norm |") and table in text
+    assert "with batch statistics" not in text and "Δ vs bn" not in text
+    assert "(docs/results/small_batch/sweep_fashion_mnist.png)" in text and "paired_" not in text
+
+
 def test_zero_variance_and_the_monte_carlo_branch_never_give_p_zero():
     """Reference: the exact test's floor: two identical differences have no t statistic, and of the four
     sign patterns of [+1, +1] only (+, +) reaches the observed sum, p = 1/4; beyond 20 values the sampled
