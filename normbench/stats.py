@@ -49,8 +49,9 @@ class Paired:
 
 
 def paired(a: list[float], b: list[float], seeds: list[int] | None = None, level: float = LEVEL) -> Paired:
-    """Paired comparison of equally long, aligned `a` and `b`. A zero-variance difference gives p = 0
-    when its mean is not zero (every seed agrees), p = 1 when it is."""
+    """Paired comparison of equally long, aligned `a` and `b`: the two-sided paired t-test. A zero-variance
+    difference has no t statistic: the exact two-sided sign-flip p answers (2 x 2^-n when every seed agrees
+    on a nonzero difference, 1 when it is zero), as the claims' t_test does, never p = 0."""
     if len(a) != len(b):
         raise ValueError("paired samples must have the same length")
     d = [x - y for x, y in zip(a, b)]
@@ -60,7 +61,7 @@ def paired(a: list[float], b: list[float], seeds: list[int] | None = None, level
     if n >= 2:
         sd = statistics.stdev(d)
         if sd == 0:
-            p = 1.0 if mean == 0 else 0.0
+            p = 1.0 if mean == 0 else min(1.0, 2 * sign_flip(d, "greater" if mean > 0 else "less"))
         else:
             from scipy.special import stdtr
 

@@ -45,9 +45,10 @@ def test_paired_matches_r_on_the_sleep_data():
 
 
 def test_paired_edge_cases():
-    """Reference: a constant nonzero difference is certain (p = 0), a zero one is no evidence (p = 1);
-    one pair has no variance estimate (no p, no interval)."""
-    assert stats.paired([1, 2, 3], [0, 1, 2]).p == 0.0
+    """Reference: the exact sign-flip test by enumeration: a constant nonzero difference over 3 pairs is
+    the most extreme of 2^3 sign patterns on either side, two-sided p = 2/8 (no t statistic, never p = 0);
+    a zero one is no evidence (p = 1); one pair has no variance estimate (no p, no interval)."""
+    assert stats.paired([1, 2, 3], [0, 1, 2]).p == pytest.approx(0.25)
     assert stats.paired([1, 2, 3], [1, 2, 3]).p == 1.0
     one = stats.paired([0.9], [0.8])
     assert one.p is None and one.ci is None and one.mean == pytest.approx(0.1)
