@@ -175,14 +175,17 @@ fi  # part transformer
 summarized=()
 part main && summarized+=(ghost_batch small_batch variable_length values_per_channel_ghost)
 part main && [ "$CONVERGED" != 0 ] && summarized+=(converged)
-part transformer && summarized+=(lr_sensitivity variable_length_transformer)
+part transformer && summarized+=(lr_sensitivity)
 for name in "${summarized[@]}"; do
   "$PY" -m normbench summarize "$OUT/$name" --select lr
 done
 if part main && [ -d "$OUT/values_per_channel" ]; then
   "$PY" -m normbench summarize "$OUT/values_per_channel"  # one lr: nothing to select
 fi
-part transformer && "$PY" -m normbench summarize "$OUT/small_batch_transformer"  # one lr
+if part transformer; then  # one lr each: nothing to select
+  "$PY" -m normbench summarize "$OUT/small_batch_transformer"
+  "$PY" -m normbench summarize "$OUT/variable_length_transformer"
+fi
 # Every study's declared claims as one family (Holm over all of them), the README's claims table:
 "$PY" -m normbench summarize "$OUT" --select lr --out "$OUT/summary"
 echo "total ($PARTS): $SECONDS s on $(nproc) cores, $JOBS jobs at once" | tee -a "$OUT/timing.txt"
