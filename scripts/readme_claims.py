@@ -66,8 +66,8 @@ def section(results: Path = RESULTS) -> str:
     run = json.loads((results / "run.json").read_text()) if (results / "run.json").exists() else None
     lines = []
     if run:
-        lines += [f"Verdicts from `{run['command']}` at git {run['git_sha']} ({run['date']}, {run['wall_s']:,} s on "
-                  f"{run['cores']} cores, the longest invocation), summarized as one family (Holm over the {2 * len(tested)} hypotheses of its {len(tested)} claims) into "
+        lines += [f"Verdicts from the reproduce run of [docs/results/run.json](docs/results/run.json) (its commands; git "
+                  f"{run['git_sha']}; {run['date']}, {run['wall_s']:,} s on {run['cores']} cores), summarized as one family (Holm over the {2 * len(tested)} hypotheses of its {len(tested)} claims) into "
                   f"[docs/results/summary.json](docs/results/summary.json). a − b: mean [95% t-interval] over the "
                   f"pairs (seeds), in percentage points for accuracies (a metric's own unit otherwise).", ""]
     else:
@@ -161,7 +161,7 @@ def record(out: Path) -> None:
            else "scripts/reproduce.sh", "git_sha": sha.strip(), "date": (out / "date.txt").read_text().strip()
            if (out / "date.txt").exists() else "", "wall_s": max(int(t.split(": ")[1].split()[0]) for t in totals),
            "cores": int(totals[0].split(" on ")[1].split()[0]), "timing": timing}
-    for study in sorted(p.parent for p in out.glob("*/summary.md")):  # each study's tables and figures
+    for study in sorted(p.parent for p in out.glob("*/summary.md") if p.parent != src):  # each study's own
         dest = RESULTS / study.name
         dest.mkdir(exist_ok=True)
         for f in [study / "summary.md", *sorted(study.glob("*.png"))]:
