@@ -86,17 +86,17 @@ PLATEAU_SHARE, PLATEAU_POINTS, PLATEAU_EPOCHS = 0.2, 0.5, 5
 
 
 def plateaued(history) -> bool | None:
-    """Has the run's validation accuracy flattened: do its last 20% of epochs (at least one) span at most
-    0.5 points? None for fewer than 5 epochs, where the last 20% is one epoch and says nothing."""
+    """Has the run's validation accuracy flattened: do its last 20% of epochs (at least two: one epoch
+    spans nothing, so the check could not fail) span at most 0.5 points? None for fewer than 5 epochs."""
     accs = [h["acc/val"] for h in history or [] if isinstance(h.get("acc/val"), (int, float))]
     if len(accs) < PLATEAU_EPOCHS:
         return None
-    tail = accs[-max(1, round(PLATEAU_SHARE * len(accs))):]
+    tail = accs[-max(2, round(PLATEAU_SHARE * len(accs))):]
     return 100 * (max(tail) - min(tail)) <= PLATEAU_POINTS
 
 
 def plateau_note(flags: list[bool | None]) -> str:
-    rule = (f"plateau: validation accuracy over a run's last {PLATEAU_SHARE:.0%} of epochs within "
+    rule = (f"plateau: validation accuracy over a run's last {PLATEAU_SHARE:.0%} of epochs (at least two) within "
             f"{PLATEAU_POINTS:g} points")
     checked = [f for f in flags if f is not None]
     if not checked:

@@ -395,4 +395,6 @@ def test_plateau_criterion_by_hand():
     assert plateaued(history([0.5, 0.6, 0.7, 0.75, 0.8, 0.82, 0.83, 0.84, 0.845, 0.849])) is True  # 0.4 points
     assert plateaued(history([0.5, 0.6, 0.7, 0.75, 0.8, 0.82, 0.83, 0.84, 0.84, 0.846])) is False  # 0.6 points
     assert plateaued(history([0.5, 0.6, 0.7])) is None
+    # 6 epochs: 20% rounds to one epoch, which spans nothing; the last two are compared (0.6 points apart)
+    assert plateaued(history([0.5, 0.6, 0.7, 0.75, 0.80, 0.806])) is False
     assert plateau_note([True, False, None]).endswith(": 1 of 2 runs (1 too short to check)")
