@@ -1,7 +1,5 @@
 """`python -m normbench ...` is the `normbench` command."""
 
-import sys
+from normbench.cli import entry
 
-from normbench.cli import main
-
-sys.exit(main())
+entry()

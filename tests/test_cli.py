@@ -86,7 +86,14 @@ def test_train_end_to_end(tiny_root, tmp_path):
         hits = (net.eval()(splits.test_x).argmax(1) == splits.test_y).float().mean().item()
     assert res["test_acc"] == pytest.approx(hits, abs=1e-9) and res["test_acc"] > 0.3
     assert res["config"]["batch_size"] == 16 and res["config"]["norm"]["name"] == "bn"
+    # The command ends without the interpreter's teardown (cli.entry): the event file was still closed
+    # whole, its last record (the final test accuracy) readable by TensorBoard's own reader.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     assert list(run_dir.glob("events.out.tfevents.*")), "no TensorBoard event file"
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert [e.value for e in events.Scalars("final/test_acc")] == [pytest.approx(res["test_acc"])]
 
 
 def test_multirun_writes_one_result_per_job(tiny_root, tmp_path):
