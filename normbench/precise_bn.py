@@ -90,17 +90,27 @@ def _inputs(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     return batch[0], (batch[2] if len(batch) > 2 else None)
 
 
+def extend_steps(model: nn.Module, steps: int) -> None:
+    """Give per-step recurrent statistics (cells.StepNorm) copies of their own up to `steps` steps."""
+    for m in model.modules():
+        if isinstance(m, StepNorm) and m.per_step:
+            m.extend(steps)
+
+
 @torch.no_grad()
 def recompute_statistics(model: nn.Module, batches: Iterable[Any], num_samples: int = DEFAULT_SAMPLES, *,
-                         steps: int | None = None) -> Recomputed:
+                         steps: int | None = None, groups_of: int | None = None) -> Recomputed:
     """Replace every running statistic of `model` by population statistics over `batches` (at the training
     batch size: drop the last partial batch), stopping once `num_samples` samples were seen (whole batches:
     at least that many when there are enough). `steps`: extend per-step recurrent statistics to that many
-    steps first. Returns how many layers changed and how many samples they saw."""
+    steps first. `groups_of=k`, for batches of several groups of k each normalized on its own
+    (`engine.split_statistics`, batches drawn without dropping the last): the pass stops after the first
+    ceil(num_samples / k) whole groups, a batch cut to them, so it sees the samples that batches of k would. Returns how many layers changed and how
+    many samples they saw."""
+    if groups_of is not None:
+        num_samples = -(-num_samples // groups_of) * groups_of
     if steps is not None:
-        for m in model.modules():
-            if isinstance(m, StepNorm) and m.per_step:
-                m.extend(steps)
+        extend_steps(model, steps)
     modules = running_stats_modules(model)
     if not modules:
         return Recomputed(layers=0, samples=0)
@@ -121,8 +131,15 @@ def recompute_statistics(model: nn.Module, batches: Iterable[Any], num_samples: 
             if seen >= num_samples:
                 break
             x, lengths = _inputs(batch)
+            dim = model.batch_dim if isinstance(model, Members) else 0  # a pack's batches: (S, N, ...)
+            if groups_of is not None:  # whole groups only, and only those still needed
+                take = min(num_samples - seen, x.shape[dim] // groups_of * groups_of)
+                if take == 0:
+                    break
+                x = x.narrow(dim, 0, take)
+                lengths = None if lengths is None else lengths.narrow(lengths.dim() - 1, 0, take)
             model(x) if lengths is None else model(x, lengths)
-            seen += x.shape[model.batch_dim if isinstance(model, Members) else 0]  # a pack's: (S, N, ...)
+            seen += x.shape[dim]
     finally:
         for m in modules:
             m.__dict__.pop("stats_sink", None)

@@ -152,7 +152,9 @@ def test_precise_bn_control_keeps_the_trained_steps(tiny_cfg):
         for t in range(14):
             want = steps_t[t] if t < 10 else steps_f[t]
             assert torch.equal(steps_c[t].running_mean, want.running_mean), t
-    at_max = variable_length.stretched_precise_bn(net, splits, cfg, 10, keep_below=10)
+    at_max_model = variable_length.stretched_precise_bn(net, splits, cfg, 10)
+    cells.restore_steps(at_max_model, net, 10)
+    at_max = evaluate(at_max_model, varlen.length_batches(splits.test_x, splits.test_y, 10, cfg.eval_batch_size))[1]
     plain = evaluate(net, varlen.length_batches(splits.test_x, splits.test_y, 10, cfg.eval_batch_size))[1]
     assert at_max == plain
 

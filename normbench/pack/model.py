@@ -125,9 +125,10 @@ class PackedModel(Members):
 
         return first(self.net)
 
-    def member_batches(self, batch_fn, x, y, batch_size, generators, **kw):
+    def member_batches(self, batch_fn, x, y, batch_size, generators, drop_last=True, **kw):
         """While a batch is out, the pack knows each member's padded length (for norms that count it)."""
-        streams = [batch_fn(x, y, batch_size, shuffle=True, generator=g, drop_last=True, **kw) for g in generators]
+        streams = [batch_fn(x, y, batch_size, shuffle=True, generator=g, drop_last=drop_last, **kw)
+                   for g in generators]
         try:
             for parts in zip(*streams):
                 xs, ys, lengths, padded = stack_batches(parts)

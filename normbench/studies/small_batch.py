@@ -66,7 +66,7 @@ def train_mode_acc(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: Conf
     return evaluate(model, data.batches(x[:n], y[:n], _large(cfg)), batch_stats=True, stats_per=bs)[1]
 
 
-def precise_batches(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn):
+def precise_batches(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn, drop_last: bool = True):
     """PreciseBN's training batches, drawn as the run's own seed draws them; a pack's members each their own."""
     def generator(seed: int) -> torch.Generator:
         return torch.Generator(device=splits.train_x.device).manual_seed(seed)
@@ -75,9 +75,27 @@ def precise_batches(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn
         if model.seeds is None:
             raise ValueError("PreciseBN draws each member's batches by its seed: build the pack with seeds")
         return model.member_batches(batch_fn, splits.train_x, splits.train_y, cfg.batch_size,
-                                    [generator(s) for s in model.seeds])
+                                    [generator(s) for s in model.seeds], drop_last=drop_last)
     return batch_fn(splits.train_x, splits.train_y, cfg.batch_size, shuffle=True, generator=generator(cfg.seed),
-                    drop_last=True)
+                    drop_last=drop_last)
+
+
+def recompute(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn, steps: int | None = None,
+              splittable: bool = True) -> precise_bn.Recomputed:
+    """PreciseBN on `model`, in place: population statistics over PRECISE_SAMPLES training images in the
+    run's training batches (`precise_batches`, of `batch_fn`). Where every norm can split its statistics
+    and the batches can be joined (`splittable`: not padded batch by batch), the pass goes over large batches,
+    each group of batch_size samples normalized on its own: the same samples in the same groups, so the
+    same statistics, in a quarter of the forward calls or fewer."""
+    bs = cfg.batch_size
+    if steps is not None:  # before the split: the new steps' copies split their statistics too
+        precise_bn.extend_steps(model, steps)
+    split = splittable and can_split_statistics(model)
+    batches = precise_batches(model, splits, replace(cfg, batch_size=_large(cfg) if split else bs), batch_fn,
+                              drop_last=not split)  # split: whole groups are kept, not whole large batches
+    with split_statistics(model, bs) if split else contextlib.nullcontext():
+        return precise_bn.recompute_statistics(model, batches, PRECISE_SAMPLES, steps=steps,
+                                               groups_of=bs if split else None)
 
 
 def batch_free(model: nn.Module) -> bool:
@@ -132,13 +150,9 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn=dat
     out["test_acc_precise_bn"] = None
     if precise_bn.has_running_stats(model):
         trained = copy.deepcopy(model.state_dict())  # the reported model keeps its running statistics
-        split = batch_fn is data.batches and can_split_statistics(model)  # padded batches stay as drawn
-        size = _large(cfg) if split else bs
-        batches = precise_batches(model, splits, replace(cfg, batch_size=size), batch_fn)
         try:
             with clock("test_acc_precise_bn"):
-                with split_statistics(model, bs) if split else contextlib.nullcontext():
-                    done = precise_bn.recompute_statistics(model, batches, PRECISE_SAMPLES)
+                done = recompute(model, splits, cfg, batch_fn, splittable=batch_fn is data.batches)  # padded: as drawn
                 out["test_acc_precise_bn"] = evaluate(model, data.batches(x, y, cfg.eval_batch_size))[1]
             out["precise_bn_samples"] = done.samples  # training images its population statistics averaged
         finally:

@@ -92,14 +92,19 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, clock: PassC
             for length in v.test_lengths if length > rows
         }
     if precise_bn.has_running_stats(model):
-        with clock("test_acc_by_length_precise_bn"):
-            out["test_acc_by_length_precise_bn"] = {
-                str(length): stretched_precise_bn(model, splits, cfg, length) for length in past}
-        if cells.step_samples(model) is not None:  # the control: only the steps past the trained ones
-            with clock("test_acc_by_length_precise_bn_past"):
-                out["test_acc_by_length_precise_bn_past"] = {
-                    str(length): stretched_precise_bn(model, splits, cfg, length, keep_below=v.max_len)
-                    for length in past}
+        control = cells.step_samples(model) is not None  # the control: only the steps past the trained ones
+        by_length, past_only = {}, {}
+        for length in past:
+            with clock("test_acc_by_length_precise_bn"):
+                stretched = stretched_precise_bn(model, splits, cfg, length)
+                by_length[str(length)] = evaluate(stretched, varlen.length_batches(x, y, length, ebs))[1]
+            if control:  # the same re-estimation, the steps before max_len given back their trained statistics
+                with clock("test_acc_by_length_precise_bn_past"):
+                    cells.restore_steps(stretched, model, v.max_len)
+                    past_only[str(length)] = evaluate(stretched, varlen.length_batches(x, y, length, ebs))[1]
+        out["test_acc_by_length_precise_bn"] = by_length
+        if control:
+            out["test_acc_by_length_precise_bn_past"] = past_only
     derived = out.setdefault("eval_derived", {})
     with clock("test_acc_mixed"):
         _, out["test_acc_mixed"], correct = evaluate(model, varlen.padded_batches(x, y, mixed, ebs, value=value),
@@ -146,18 +151,15 @@ def per_token(model: nn.Module, names: frozenset[str]) -> bool:
     return all(getattr(m, TAG)[0] in names for net in nets for m in net.modules() if hasattr(m, TAG))
 
 
-def stretched_precise_bn(model: nn.Module, splits: data.Splits, cfg: Config, length: int,
-                         keep_below: int = 0) -> float:
-    """Test accuracy at `length` rows after PreciseBN on training images stretched to it, at the training
-    batch size, every step up to `length` with statistics of its own; on a copy (the run's model is kept).
-    With `keep_below=k`, steps before k keep their trained statistics (only the steps past them are
-    re-estimated): the control that tells missing statistics from re-estimated ones."""
+def stretched_precise_bn(model: nn.Module, splits: data.Splits, cfg: Config, length: int) -> nn.Module:
+    """A copy of `model` (the run's is kept) after PreciseBN on training images stretched to `length` rows,
+    at the training batch size, every step up to `length` with statistics of its own. Every sample of a
+    batch has that one length, so the pass joins batches where the norms can split their statistics
+    (`small_batch.recompute`). `cells.restore_steps(copy, model, k)` then makes the control that tells
+    missing statistics from re-estimated ones: the steps before k back to their trained statistics."""
     stretched = copy.deepcopy(model)
-    batches = small_batch.precise_batches(stretched, splits, cfg, varlen.fixed_length(length))
-    precise_bn.recompute_statistics(stretched, batches, small_batch.PRECISE_SAMPLES, steps=length)
-    if keep_below:
-        cells.restore_steps(stretched, model, keep_below)
-    return evaluate(stretched, varlen.length_batches(splits.test_x, splits.test_y, length, cfg.eval_batch_size))[1]
+    small_batch.recompute(stretched, splits, cfg, varlen.fixed_length(length), steps=length)
+    return stretched
 
 
 def _sequence_batch_norms(model: nn.Module) -> list[nn.Module]:
