@@ -352,6 +352,25 @@ def test_batches_cover_the_data_once_in_the_seeds_order(shuffle, drop_last):
 
 @requires_real_data
 @pytest.mark.slow
+def test_bench_eval_section_projects_the_measured_costs(tiny_root, tmp_path, monkeypatch):
+    """Reference: the eval section's definition (bench/eval_share.py): a short real run of the shipped
+    experiment; its suite and one validation pass (results.json's eval_passes, per epoch trained) and its
+    seconds per step, projected to the shipped budget's steps (epochs x training images // batch size)."""
+    from normbench.bench import eval_share, main
+
+    monkeypatch.setattr(eval_share, "CELLS", [("ghost_batch", ["norm=bn", "norm.ghost_batch=2", "data.val_size=100"])])
+    assert main(["--quick", "--sections", "eval", "--data-root", str(tiny_root), "--out", str(tmp_path)]) == 0
+    (row,) = json.loads((tmp_path / "bench.json").read_text())["eval"]
+    assert row["members"] == 5 and row["epochs"] == 2 and row["full_steps"] == 2 * (500 // 64)
+    assert row["steps"] == min(20, row["full_steps"])  # the quick run: 20 steps, or the whole 2 epochs
+    passes = row["passes"]
+    assert row["suite_s"] == pytest.approx(sum(v for k, v in passes.items() if k != "validation"))
+    assert {"test", "test_acc_train_mode", "test_acc_precise_bn"} <= set(passes)
+    evaluation = row["suite_s"] + row["epochs"] * row["validation_s"]
+    assert row["share"] == pytest.approx(evaluation / (row["full_steps"] * row["step_ms"] / 1e3 + evaluation))
+    assert "Evaluation's share of the shipped studies' runs" in (tmp_path / "bench.md").read_text()
+
+
 def test_bench_fixed_cost_section(tmp_path):
     """Reference: the fixed section's definition: per run, wall - training - evaluation; each run's own
     share from its start to the next run's; the first run's share carries the process's one-time imports,

@@ -7,7 +7,8 @@
 Sections: `loop` (engine.fit vs a minimal hand-written loop), `norms` (from-scratch norms vs their
 native twins and vs native BN), `cells` (recurrent-placement RNN cells vs the plain RNN with the norm
 on its output), `sweep` (a sweep serial vs through Hydra's joblib launcher), `packed` (S packed members
-vs S separate runs, normbench.pack). Variants are timed in
+vs S separate runs, normbench.pack), `eval` (evaluation's share of each shipped study's run at its budget,
+bench/eval_share.py). Variants are timed in
 rounds whose order rotates, so a slow phase of a shared machine slows every variant alike; a ratio is
 the median over rounds of the paired ratios, with their range. Writes bench.json and bench.md.
 """
@@ -25,7 +26,7 @@ from typing import Any, Callable
 
 import torch
 
-SECTIONS = ("loop", "norms", "cells", "sweep", "fixed", "packed")
+SECTIONS = ("loop", "norms", "cells", "sweep", "fixed", "packed", "eval")
 
 
 def clocks() -> tuple[float, float]:
@@ -95,7 +96,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from normbench.bench import kernels, loop, packed, sweep
+    from normbench.bench import eval_share, kernels, loop, packed, sweep
     from normbench.engine import pick_device
     from normbench.results import git_sha, versions
 
@@ -116,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
           f"torch {torch.__version__}, {args.rounds} interleaved round(s). Ratios: median over rounds "
           "(range in brackets)."]
     sections = {"loop": loop.run, "norms": kernels.run_norms, "cells": kernels.run_cells, "sweep": sweep.run,
-                "fixed": lambda args, device: sweep.fixed_cost(args), "packed": packed.run}
+                "fixed": lambda args, device: sweep.fixed_cost(args), "packed": packed.run,
+                "eval": eval_share.run}
     for name in args.sections:
         started = time.perf_counter()
         rows, text = sections[name](args, device)
