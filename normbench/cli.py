@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 
 from normbench import interrupts
+from normbench.configs import store_configs
 from normbench.errors import TasksFailed, UserError
 
 USAGE = """\
@@ -139,20 +140,6 @@ def _sweep_subdir() -> str:
     hc = HydraConfig.get()
     varying = [k for k, v in _sweep_domains(hc).items() if len(v) > 1]
     return sweep_subdir(varying, list(hc.overrides.task), hc.job.num)
-
-
-def store_configs() -> None:
-    """Hydra's ConfigStore: the typed schema as `base_config`, and the `model` group from MODEL_DEFAULTS,
-    the one place each model's defaults are written, so `--cfg job`, `--help` and every run's
-    .hydra/config.yaml show the values that train (a CNN's channels [32, 64], not null)."""
-    from hydra.core.config_store import ConfigStore
-
-    from normbench.config import MODEL_DEFAULTS, schema
-
-    store = ConfigStore.instance()
-    store.store(name="base_config", node=schema())
-    for name, defaults in MODEL_DEFAULTS.items():
-        store.store(group="model", name=name, node={"name": name, **defaults})
 
 
 class _Task:

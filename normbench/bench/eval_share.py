@@ -48,11 +48,10 @@ def compose(study: str, overrides: list[str], data_root: str):
     from hydra import initialize_config_module
     from omegaconf import OmegaConf
 
-    from normbench.cli import register_resolvers, store_configs
     from normbench.config import schema
+    from normbench.configs import store_configs
 
     store_configs()
-    register_resolvers()
     with initialize_config_module("normbench.configs", version_base="1.3"):
         dict_cfg = hydra_compose("config", overrides=[f"experiment={study}", *overrides])
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema()), dict_cfg))
