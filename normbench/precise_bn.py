@@ -105,8 +105,8 @@ def recompute_statistics(model: nn.Module, batches: Iterable[Any], num_samples: 
     at least that many when there are enough). `steps`: extend per-step recurrent statistics to that many
     steps first. `groups_of=k`, for batches of several groups of k each normalized on its own
     (`engine.split_statistics`, batches drawn without dropping the last): the pass stops after the first
-    ceil(num_samples / k) whole groups, a batch cut to them, so it sees the samples that batches of k would. Returns how many layers changed and how
-    many samples they saw."""
+    ceil(num_samples / k) whole groups, a batch cut to them, so it sees the samples that batches of k
+    would. Returns how many layers changed and how many samples they saw."""
     if groups_of is not None:
         num_samples = -(-num_samples // groups_of) * groups_of
     if steps is not None:

@@ -50,3 +50,33 @@ def test_rnn_reads_last_real_step(cell):
     out = net(x, torch.tensor([28, 20]))
     alone = net(x[1:2, :, :20])
     torch.testing.assert_close(out[1:2], alone)
+
+
+@pytest.mark.parametrize("norm", ["bn", "gn", "ln", "frn"])
+def test_cnn_channels_last_computes_what_contiguous_weights_compute(norm):
+    """Reference: the same CNN with its weights in the default contiguous layout, in float64: the
+    channels-last CNN (models.CNN keeps its weights so, for speed) gives the same training outputs and
+    parameter gradients (dropout drawn alike) and the same eval-mode outputs."""
+    import copy
+
+    torch.set_default_dtype(torch.float64)
+    try:
+        torch.manual_seed(0)
+        net = models.create(ModelConfig(name="cnn"), norms.factory(norm), (1, 28, 28), 10)
+        assert net.net[4].weight.is_contiguous(memory_format=torch.channels_last)
+        plain = copy.deepcopy(net).to(memory_format=torch.contiguous_format)
+        assert plain.net[4].weight.is_contiguous()
+        x = torch.rand(16, 1, 28, 28)
+        outs = []
+        for m in (net, plain):
+            torch.manual_seed(1)
+            out = m(x)
+            out.square().sum().backward()
+            outs.append(out)
+        torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=1e-12)
+        for p, q in zip(net.parameters(), plain.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=1e-11)
+        with torch.no_grad():
+            torch.testing.assert_close(net.eval()(x), plain.eval()(x), rtol=0, atol=1e-12)
+    finally:
+        torch.set_default_dtype(torch.float32)
