@@ -165,7 +165,7 @@ study lr_sensitivity/qk_norm "${LRSENS[@]}" model.placement=pre,post norm=ln mod
 study small_batch_transformer experiment=small_batch_transformer norm=bn,pn,ln,rms,dyt batch_size="$T_BATCHES" \
   epochs=1 data.subset="$T_SB_SUBSET" pack.lrs=null lr=1e-3
 # The variable-length regime on the Transformer: the padding question (naive vs masked BN vs PN vs LN), and
-# the length question for LN (its 17 test lengths are the costly part); one lr (Adam 1e-3).
+# the length question for LN (6 test lengths and their background variants); one lr (Adam 1e-3).
 TVARLEN=(experiment=variable_length_transformer epochs="$T_VARLEN_EPOCHS" data.subset="$T_VARLEN_SUBSET" pack.lrs=null
          lr=1e-3)
 study variable_length_transformer/padding "${TVARLEN[@]}" varlen_design=padding rnn_norm=bn_naive,bn_masked,pn,ln
