@@ -42,6 +42,18 @@ def image_tokens(x: torch.Tensor, patches: bool) -> torch.Tensor:
     return x.permute(0, 2, 1, 3).reshape(n, h, c * w)
 
 
+def positions_for(table: torch.Tensor, t: int, lengths: torch.Tensor | None) -> torch.Tensor:
+    """The first `t` rows of a learned position table (..., MAX_TOKENS, C); padding past the table (heavy
+    padding of short sequences) gets zeros, as nothing reads it. More than MAX_TOKENS real tokens is a
+    user error: they would have no positions. A plain model and a pack (one table per member) share this."""
+    if t <= MAX_TOKENS:
+        return table[..., :t, :]
+    longest = t if lengths is None else int(lengths.max())  # a host sync only past the table
+    if longest > MAX_TOKENS:
+        raise UserError(f"{longest} tokens is more than the transformer's {MAX_TOKENS} learned positions",
+                        "use shorter sequences, or model.tokens=rows")
+    return F.pad(table, (0, 0, 0, t - MAX_TOKENS))
+
 class Block(nn.Module):
     """One encoder block: attention then MLP, each a residual branch with its norm before (pre) or after
     the residual sum (post)."""
@@ -115,14 +127,9 @@ class Transformer(nn.Module):
             raise UserError("variable lengths count image rows, and model.tokens=patches makes tokens of 4 x 4 "
                             "patches", "use model.tokens=rows with variable lengths")
         seq = self.tokens(x)
-        n, t, _ = seq.shape
-        if t > MAX_TOKENS and (lengths is None or int(lengths.max()) > MAX_TOKENS):  # a host sync only past it
-            raise UserError(f"{t if lengths is None else int(lengths.max())} tokens is more than the transformer's "
-                            f"{MAX_TOKENS} learned positions",
-                            "use shorter sequences, or model.tokens=rows")
+        t = seq.shape[1]
         mask = None if lengths is None else torch.arange(t, device=x.device) < lengths[:, None]
-        positions = self.positions[:t] if t <= MAX_TOKENS else F.pad(self.positions, (0, 0, 0, t - MAX_TOKENS))
-        z = self.embed(seq) + positions
+        z = self.embed(seq) + positions_for(self.positions, t, lengths)
         for block in self.blocks:
             z = block(z, mask)
         z = self.final(z, mask)

@@ -138,3 +138,26 @@ def test_a_transformer_pack_trains_its_members_in_turn_on_the_cpu_or_packed(tiny
         summary = run(replace(cfg, pack=PackConfig(seeds=[0, 1], mode=mode)), tmp_path / mode)
         assert [m["status"] for m in summary["members"]] == ["completed", "completed"]
         assert summary["members"][1]["test_acc"] == pytest.approx(alone["test_acc"], abs=2e-4), mode
+
+
+def test_more_real_tokens_than_positions_is_one_error_plain_and_packed():
+    """Reference: the learned table's 64 rows (transformer.MAX_TOKENS). A plain model and a pack of two
+    members both refuse 70 real rows with the same one-line error, and both run 90 padded rows of which
+    at most 28 are real, the pack giving each member what the member alone gives (float64)."""
+    from normbench.pack.transformer import PackedTransformer
+
+    torch.manual_seed(0)
+    members = [models.create(ModelConfig(name="transformer"), norms.factory("ln"), (1, 28, 28), 10).double().eval()
+               for _ in range(2)]
+    pack = PackedTransformer(members).double().eval()
+    tall = torch.randn(2, 3, 1, 70, 28, dtype=torch.float64)  # (S, N, C, H, W)
+    for model, x in ((members[0], tall[0]), (pack, tall)):
+        with pytest.raises(UserError, match="70 tokens is more than the transformer's 64 learned positions"):
+            model(x)
+    padded = torch.zeros(2, 3, 1, 90, 28, dtype=torch.float64)
+    padded[..., :28, :] = torch.randn(2, 3, 1, 28, 28, dtype=torch.float64)
+    lengths = torch.tensor([28, 20, 13])
+    with torch.no_grad():
+        together = pack(padded, lengths.expand(2, 3))
+        for k, member in enumerate(members):
+            torch.testing.assert_close(together[k], member(padded[k], lengths), rtol=1e-10, atol=1e-10)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normbench.pack.layers import PackedLinear, convert, unpack_into
-from normbench.transformer import MAX_TOKENS, Block, Transformer, image_tokens
+from normbench.transformer import Block, Transformer, image_tokens, positions_for
 
 
 class Positions(nn.Module):
@@ -28,8 +28,8 @@ class Positions(nn.Module):
         super().__init__()
         self.table = nn.Parameter(torch.stack([m.positions.detach() for m in members]))
 
-    def forward(self, t: int) -> torch.Tensor:
-        return self.table[:, :t] if t <= MAX_TOKENS else F.pad(self.table, (0, 0, 0, t - MAX_TOKENS))
+    def forward(self, t: int, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        return positions_for(self.table, t, lengths)
 
 
 class PackedBlock(nn.Module):
@@ -91,7 +91,7 @@ class PackedTransformer(nn.Module):
         t = seq.shape[1]
         seq = seq.view(s, n, t, -1)
         mask = None if lengths is None else torch.arange(t, device=x.device) < lengths[..., None]  # (S, N, T)
-        z = self.embed(seq) + self.positions(t)[:, None]
+        z = self.embed(seq) + self.positions(t, lengths)[:, None]
         for block in self.blocks:
             z = block(z, mask, self.steps)
         z = self.final(z, mask, self.steps)
