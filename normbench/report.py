@@ -209,7 +209,8 @@ def cost_lines(s: Summary) -> list[str]:
 
 LR_CAPTION = ("test accuracy % by lr, mean [95% t-interval] over seeds (a diverged run counts at chance, 10%); "
               "sensitivity: the mean over the grid of the best accuracy minus the accuracy at each lr, per seed, "
-              "in points, mean [95% t-interval] (Wortsman et al. 2023, on accuracy): 0 = every lr trains as well")
+              "in points, mean [95% t-interval] (Wortsman et al. 2023, on accuracy): 0 = every lr trains as well; "
+              "(n): a cell over another number of seeds than the table's")
 
 
 def lr_rows(s: Summary) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -220,10 +221,12 @@ def lr_rows(s: Summary) -> list[tuple[str, list[str], list[list[str]]]]:
     out = []
     for title, curves in groups.items():
         lrs = sorted({lr for c in curves for lr in c.lrs})
+        counts = Counter(cell.n for c in curves for cell in c.cells.values() if cell is not None and cell.n)
+        usual = counts.most_common(1)[0][0] if counts else None  # "(n)" only where a cell has another count
         header = ["norm", *[f"lr={fmt_value(lr)}" for lr in lrs], "sensitivity (points)"]
         rows = []
         for c in sorted(curves, key=lambda c: c.sensitivity.mean if c.sensitivity.mean is not None else 1e9):
-            cells = [format_cell(c.cells.get(lr), None) + (f" ({c.diverged[lr]} diverged)" if c.diverged.get(lr)
+            cells = [format_cell(c.cells.get(lr), usual) + (f" ({c.diverged[lr]} diverged)" if c.diverged.get(lr)
                                                           else "") for lr in lrs]
             sens = c.sensitivity
             lo, hi = sens.ci or (None, None)

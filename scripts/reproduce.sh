@@ -177,14 +177,16 @@ part main && summarized+=(ghost_batch small_batch variable_length values_per_cha
 part main && [ "$CONVERGED" != 0 ] && summarized+=(converged)
 part transformer && summarized+=(lr_sensitivity)
 for name in "${summarized[@]}"; do
+  [ -d "$OUT/$name" ] || continue  # not run (ONLY=..., CONVERGED=0)
   "$PY" -m normbench summarize "$OUT/$name" --select lr
 done
 if part main && [ -d "$OUT/values_per_channel" ]; then
   "$PY" -m normbench summarize "$OUT/values_per_channel"  # one lr: nothing to select
 fi
 if part transformer; then  # one lr each: nothing to select
-  "$PY" -m normbench summarize "$OUT/small_batch_transformer"
-  "$PY" -m normbench summarize "$OUT/variable_length_transformer"
+  for name in small_batch_transformer variable_length_transformer; do
+    if [ -d "$OUT/$name" ]; then "$PY" -m normbench summarize "$OUT/$name"; fi
+  done
 fi
 # Every study's declared claims as one family (Holm over all of them), the README's claims table:
 "$PY" -m normbench summarize "$OUT" --select lr --out "$OUT/summary"

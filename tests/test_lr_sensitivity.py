@@ -88,3 +88,19 @@ def _claims_file(root, items):
     import yaml
     path.write_text(yaml.safe_dump(items))
     return path
+
+
+def test_lr_table_marks_only_cells_with_another_seed_count(tmp_path):
+    """Reference: the tables' convention (report.format_cell): "(n)" where a cell's seed count differs from
+    the table's usual one, nowhere when every cell has the same 3 seeds."""
+    import shutil
+
+    def lr_section() -> str:
+        md = summarize(tmp_path, console=Console(file=io.StringIO()), select="lr")["md"].read_text()
+        return md[md.index("## Learning-rate sensitivity"):]
+
+    _sweep(tmp_path)
+    assert "(3)" not in lr_section() and "(2)" not in lr_section()
+    shutil.rmtree(tmp_path / f"pre_lr{LRS[0]}_s2")  # one cell keeps 2 of its 3 seeds
+    md = lr_section()
+    assert md.count("(2)") == 1 and "(3)" not in md

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The small-batch regime's headline claims at ten seeds (issue 22): BN's collapse at ghost batch 2, what it
+# comes from (PreciseBN's re-estimated statistics, BN's eps) and Batch Renorm's gain (against BN, against its
+# own ablation, and at momentum 0.01: how much of it is the averaging window), on the MLP under panel (a)'s
+# budget: scripts/reproduce.sh's ghost_batch settings with SEEDS seeds instead of 5, and only the cells those
+# claims compare. Then `normbench summarize --select lr` tests experiment=ghost_batch's declared claims on
+# these runs as their own family (a claim whose cells are not here counts as untested, p = 1, in Holm).
+#
+#   scripts/headline_seeds.sh                      # into outputs/headline_seeds/, 1 job (one core)
+#   JOBS=2 OUT=/tmp/h scripts/headline_seeds.sh    # both cores
+#   SEEDS=0,1 SUBSET=2000 OUT=/tmp/h scripts/headline_seeds.sh   # a pilot
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python}
+OUT=${OUT:-outputs/headline_seeds}
+JOBS=${JOBS:-1}
+SEEDS=${SEEDS:-0,1,2,3,4,5,6,7,8,9}
+LRS=${LRS:-0.0125,0.025,0.05,0.1,0.2}
+SUBSET=${SUBSET:-10000}
+if [ -e "$OUT" ]; then
+  echo "headline_seeds.sh: $OUT exists; remove it or set OUT=<new dir>" >&2
+  exit 2
+fi
+mkdir -p "$OUT"
+
+COMMON=(experiment=ghost_batch epochs=2 data.subset="$SUBSET" "pack.lrs=[$LRS]" hydra.launcher.n_jobs="$JOBS"
+        threads=1 progress=false data.val_size=2000 "pack.seeds=[$SEEDS]")
+study() {  # study NAME OVERRIDES...: one sweep, timed
+  local name=$1; shift
+  local start=$SECONDS
+  "$PY" -m normbench train -m "${COMMON[@]}" "$@" hydra.sweep.dir="$OUT/$name"
+  echo "$name: $((SECONDS - start)) s" | tee -a "$OUT/timing.txt"
+}
+study bn norm=bn,brn norm.ghost_batch=2 && study bn64 norm=bn norm.ghost_batch=64
+study brn_ablation norm=brn norm.r_max=1 norm.d_max=0 norm.ghost_batch=2
+study references norm=gn norm.ghost_batch=null
+study brn_window norm=brn norm.ghost_batch=2 norm.momentum=0.01
+study eps norm=bn norm.ghost_batch=2 norm.eps=1e-1
+"$PY" -m normbench summarize "$OUT" --select lr --out "$OUT/summary"
+echo "total: $SECONDS s, $JOBS jobs at once on $(nproc) cores" | tee -a "$OUT/timing.txt"
+echo "SEEDS=$SEEDS SUBSET=$SUBSET LRS=$LRS JOBS=$JOBS scripts/headline_seeds.sh (git $(git rev-parse --short HEAD))" \
+  > "$OUT/command.txt"
