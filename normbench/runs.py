@@ -82,14 +82,18 @@ def measurements(run: Run) -> list[tuple[str, str, float]]:
 
 def costs(runs: list[Run]) -> dict[str, dict[str, float]]:
     """Where each study's time went: per study, its runs and computations (a pack trains its members as
-    one, and each member records the pack's shared seconds, so a pack counts once), and the wall, training
-    and evaluation seconds summed over computations; `other` is the rest (setup, data, writing)."""
-    by_study: dict[str, dict[str, dict[str, float]]] = {}
+    one, and each member records the pack's shared seconds, so a pack counts once; with data.split=per_seed
+    each seed's members are a computation of their own, pack.plan.groups), and the wall, training and
+    evaluation seconds summed over computations; `other` is the rest (setup, data, writing)."""
+    by_study: dict[str, dict[tuple, dict[str, float]]] = {}
     for r in runs:
         if r.status != "completed" or not isinstance(r.results.get("wall_s"), (int, float)):
             continue
         packed = r.results.get("packed")
-        key = str(packed["dir"]) if isinstance(packed, dict) and packed.get("mode") == "packed" else str(r.path)
+        if isinstance(packed, dict) and packed.get("mode") == "packed":
+            key = (str(packed["dir"]), r.config.get("seed") if r.config.get("data.split") == "per_seed" else None)
+        else:
+            key = (str(r.path), None)
         group = by_study.setdefault(r.table_study or "sweep", {}).setdefault(key, {"runs": 0})
         group["runs"] += 1
         for name in ("wall_s", "train_s", "eval_s"):

@@ -398,3 +398,22 @@ def test_plateau_criterion_by_hand():
     # 6 epochs: 20% rounds to one epoch, which spans nothing; the last two are compared (0.6 points apart)
     assert plateaued(history([0.5, 0.6, 0.7, 0.75, 0.80, 0.806])) is False
     assert plateau_note([True, False, None]).endswith(": 1 of 2 runs (1 too short to check)")
+
+
+@pytest.mark.parametrize("split, computations", [("per_seed", 2), ("fixed", 1)])
+def test_costs_count_each_seed_group_of_a_pack(tmp_path, split, computations):
+    """Reference: pack.plan.groups: a pack of 2 lrs x 2 seeds trains as one computation with one shared
+    split (data.split=fixed), as one per seed with data.split=per_seed; each member records its
+    computation's seconds, so the study's seconds are those of each computation once."""
+    from normbench.runs import costs, find_runs
+
+    seconds = {0: 10.0, 1: 30.0}  # each seed group's wall time
+    for lr in (0.1, 0.2):
+        for seed in (0, 1):
+            wall = seconds[seed] if split == "per_seed" else 40.0
+            write_run(tmp_path, f"lr={lr},seed={seed}", seed=seed, config={"data.split": split, "lr": lr},
+                      test_acc=0.8, wall_s=wall, train_s=wall / 2, eval_s=wall / 4,
+                      packed={"dir": str(tmp_path), "members": 4, "mode": "packed", "name": f"lr={lr},seed={seed}"})
+    (study,) = costs(find_runs(tmp_path)).values()
+    assert study["runs"] == 4 and study["computations"] == computations
+    assert study["wall_s"] == 40.0 and study["train_s"] == 20.0 and study["other_s"] == 10.0
