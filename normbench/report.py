@@ -210,7 +210,7 @@ def cost_lines(s: Summary) -> list[str]:
 LR_CAPTION = ("test accuracy % by lr, mean [95% t-interval] over seeds (a diverged run counts at chance, 10%); "
               "sensitivity: the mean over the grid of the best accuracy minus the accuracy at each lr, per seed, "
               "in points, mean [95% t-interval] (Wortsman et al. 2023, on accuracy): 0 = every lr trains as well; "
-              "(n): a cell over another number of seeds than the table's")
+              "(n): a cell over another number of seeds than the table's, or fewer than 3")
 
 
 def lr_rows(s: Summary) -> list[tuple[str, list[str], list[list[str]]]]:

@@ -54,6 +54,7 @@ def positions_for(table: torch.Tensor, t: int, lengths: torch.Tensor | None) -> 
                         "use shorter sequences, or model.tokens=rows")
     return F.pad(table, (0, 0, 0, t - MAX_TOKENS))
 
+
 class Block(nn.Module):
     """One encoder block: attention then MLP, each a residual branch with its norm before (pre) or after
     the residual sum (post)."""

@@ -34,12 +34,15 @@ study() {  # [GRID=lrs] study NAME OVERRIDES...: one sweep over GRID (default LR
   if [ -n "${RESUME:-}" ] && grep -q "^$name: " "$OUT/timing.txt" 2>/dev/null; then
     echo "$name: done, skipped (RESUME=1)"; return
   fi
-  [ -e "$OUT/$name" ] && mv "$OUT/$name" "$OUT/$name.interrupted.$(date +%s)"  # a study cut short starts over
+  if [ -e "$OUT/$name" ]; then  # a study cut short starts over; its runs move out of what summarize reads
+    mkdir -p "$OUT.interrupted" && mv "$OUT/$name" "$OUT.interrupted/${name//\//_}.$(date +%s)"
+  fi
   local start=$SECONDS
   "$PY" -m normbench train -m "${COMMON[@]}" "pack.lrs=[${GRID:-$LRS}]" "$@" hydra.sweep.dir="$OUT/$name"
   echo "$name: $((SECONDS - start)) s" | tee -a "$OUT/timing.txt"
 }
-study bn norm=bn,brn norm.ghost_batch=2 && study bn64 norm=bn norm.ghost_batch=64
+study bn norm=bn,brn norm.ghost_batch=2
+study bn64 norm=bn norm.ghost_batch=64
 study brn_ablation norm=brn norm.r_max=1 norm.d_max=0 norm.ghost_batch=2
 study references norm=gn norm.ghost_batch=null
 study brn_window norm=brn norm.ghost_batch=2 norm.momentum=0.01

@@ -92,15 +92,18 @@ def _claims_file(root, items):
 
 def test_lr_table_marks_only_cells_with_another_seed_count(tmp_path):
     """Reference: the tables' convention (report.format_cell): "(n)" where a cell's seed count differs from
-    the table's usual one, nowhere when every cell has the same 3 seeds."""
+    the table's usual one (or is under 3), nowhere when every cell has the same 4 seeds."""
     import shutil
 
     def lr_section() -> str:
         md = summarize(tmp_path, console=Console(file=io.StringIO()), select="lr")["md"].read_text()
         return md[md.index("## Learning-rate sensitivity"):]
 
-    _sweep(tmp_path)
-    assert "(3)" not in lr_section() and "(2)" not in lr_section()
-    shutil.rmtree(tmp_path / f"pre_lr{LRS[0]}_s2")  # one cell keeps 2 of its 3 seeds
+    for seed in range(4):
+        for lr, acc in zip(LRS, [0.80, 0.85, 0.70]):
+            write_run(tmp_path, f"lr{lr}_s{seed}", model="transformer", norm="ln", bs=64, seed=seed,
+                      test_acc=acc + seed / 100, val_acc=acc, config={"lr": lr}, overrides=["experiment=lr_sensitivity"])
+    assert "(4)" not in lr_section() and "(3)" not in lr_section()
+    shutil.rmtree(tmp_path / f"lr{LRS[0]}_s3")  # one cell keeps 3 of its 4 seeds
     md = lr_section()
-    assert md.count("(2)") == 1 and "(3)" not in md
+    assert md.count("(3)") == 1 and "(4)" not in md

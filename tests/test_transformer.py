@@ -143,7 +143,8 @@ def test_a_transformer_pack_trains_its_members_in_turn_on_the_cpu_or_packed(tiny
 def test_more_real_tokens_than_positions_is_one_error_plain_and_packed():
     """Reference: the learned table's 64 rows (transformer.MAX_TOKENS). A plain model and a pack of two
     members both refuse 70 real rows with the same one-line error, and both run 90 padded rows of which
-    at most 28 are real, the pack giving each member what the member alone gives (float64)."""
+    at most 28 are real: each member as it runs the same 28 rows unpadded, and the pack as its members
+    (float64)."""
     from normbench.pack.transformer import PackedTransformer
 
     torch.manual_seed(0)
@@ -160,4 +161,6 @@ def test_more_real_tokens_than_positions_is_one_error_plain_and_packed():
     with torch.no_grad():
         together = pack(padded, lengths.expand(2, 3))
         for k, member in enumerate(members):
-            torch.testing.assert_close(together[k], member(padded[k], lengths), rtol=1e-10, atol=1e-10)
+            alone = member(padded[k, :, :, :28], lengths)  # no padding past the table to read
+            torch.testing.assert_close(member(padded[k], lengths), alone, rtol=1e-10, atol=1e-10)
+            torch.testing.assert_close(together[k], alone, rtol=1e-10, atol=1e-10)
