@@ -29,9 +29,9 @@
 # for every run of that seed (docs/regimes.md). The RNN's grid is 3 learning rates, not the shipped
 # experiment's 5: its evaluation suite (every test length, padding, PreciseBN on stretched images) costs
 # ~58 s per 3-lr pack for recurrent BN on one core. Timings go to $OUT/timing.txt; RESUME=1 with the same
-# OUT runs only the studies it does not list (a study cut short starts over); afterwards
-# `python scripts/readme_claims.py --record $OUT` checks the joint summary into docs/results/ and rewrites
-# the README's claims table.
+# OUT runs only the studies it does not list (a study cut short starts over, its runs moved to
+# $OUT.interrupted/); afterwards `python scripts/readme_claims.py --record $OUT` checks the joint summary into
+# docs/results/ and rewrites the README's claims table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -105,7 +105,9 @@ study() {  # study NAME OVERRIDES...: one sweep, timed (skipped under RESUME=1 w
   if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then
     echo "$name: not in ONLY, skipped"; return
   fi
-  [ -e "$OUT/$name" ] && mv "$OUT/$name" "$OUT/$name.interrupted.$(date +%s)"  # a study cut short starts over
+  if [ -e "$OUT/$name" ]; then  # a study cut short starts over; its runs move out of what summarize reads
+    mkdir -p "$OUT.interrupted" && mv "$OUT/$name" "$OUT.interrupted/${name//\//_}.$(date +%s)"
+  fi
   local start=$SECONDS
   "$PY" -m normbench train -m "$@" "${COMMON[@]}" hydra.sweep.dir="$OUT/$name"
   echo "$name: $((SECONDS - start)) s" | tee -a "$OUT/timing.txt"
