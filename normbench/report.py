@@ -41,9 +41,14 @@ def format_cell(cell: Entry | None, uniform_n: int | None) -> str:
     return " ".join(parts)
 
 
-def uniform_n(t: Table) -> int | None:
-    counts = Counter(c.n for c in t.cells.values() if c.n)
+def usual_n(cells) -> int | None:
+    """The most common seed count among `cells` (Entry or None): what format_cell leaves unmarked."""
+    counts = Counter(c.n for c in cells if c is not None and c.n)
     return counts.most_common(1)[0][0] if counts else None
+
+
+def uniform_n(t: Table) -> int | None:
+    return usual_n(t.cells.values())
 
 
 def values_per_channel(t: Table, col: str) -> str:
@@ -221,8 +226,7 @@ def lr_rows(s: Summary) -> list[tuple[str, list[str], list[list[str]]]]:
     out = []
     for title, curves in groups.items():
         lrs = sorted({lr for c in curves for lr in c.lrs})
-        counts = Counter(cell.n for c in curves for cell in c.cells.values() if cell is not None and cell.n)
-        usual = counts.most_common(1)[0][0] if counts else None  # "(n)" only where a cell has another count
+        usual = usual_n(cell for c in curves for cell in c.cells.values())  # "(n)" only where another count
         header = ["norm", *[f"lr={fmt_value(lr)}" for lr in lrs], "sensitivity (points)"]
         rows = []
         for c in sorted(curves, key=lambda c: c.sensitivity.mean if c.sensitivity.mean is not None else 1e9):

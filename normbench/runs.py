@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from normbench.config import flatten
+from normbench.config import Split, flatten
 from normbench.results import PACK, RESULTS, read_results
 from normbench.tables import METRICS, Run
 
@@ -91,7 +91,8 @@ def costs(runs: list[Run]) -> dict[str, dict[str, float]]:
             continue
         packed = r.results.get("packed")
         if isinstance(packed, dict) and packed.get("mode") == "packed":
-            key = (str(packed["dir"]), r.config.get("seed") if r.config.get("data.split") == "per_seed" else None)
+            per_seed = r.config.get("data.split") == Split.per_seed.value  # config.split_seed's rule
+            key = (str(packed["dir"]), r.config.get("seed") if per_seed else None)
         else:
             key = (str(r.path), None)
         group = by_study.setdefault(r.table_study or "sweep", {}).setdefault(key, {"runs": 0})
