@@ -243,6 +243,20 @@ def test_cuda_amp_compile_cudnn_benchmark():
     assert out.history[-1]["acc/val"] >= ref.history[-1]["acc/val"] - 0.15
 
 
+def test_bench_lrs_section_times_own_lrs_against_one(tmp_path):
+    """Reference: the output contract of `normbench bench --sections lrs` (a row per batch and pack size,
+    both variants timed, their ratio's median within its range), not its timings."""
+    from normbench.bench import main
+
+    assert main(["--quick", "--sections", "lrs", "--rounds", "2", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())["lrs"]
+    assert [(r["batch_size"], r["members"]) for r in rows] == [(2, 3)]
+    for r in rows:
+        assert r["own_lrs_ms"] > 0 and r["one_lr_ms"] > 0
+        assert r["own_over_one"]["min"] <= r["own_over_one"]["median"] <= r["own_over_one"]["max"]
+    assert "own / one" in (tmp_path / "bench.md").read_text()
+
+
 @requires_real_data
 def test_bench_quick_writes_json_and_markdown(tmp_path):
     """Reference: the output contract of `normbench bench` (sections, rows, ratios), not its timings."""

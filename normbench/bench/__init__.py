@@ -7,9 +7,9 @@
 Sections: `loop` (engine.fit vs a minimal hand-written loop), `norms` (from-scratch norms vs their
 native twins and vs native BN), `cells` (recurrent-placement RNN cells vs the plain RNN with the norm
 on its output), `sweep` (a sweep serial vs through Hydra's joblib launcher), `packed` (S packed members
-vs S separate runs, normbench.pack), `eval` (evaluation's share of each shipped study's run at its budget,
-bench/eval_share.py). Variants are timed in
-rounds whose order rotates, so a slow phase of a shared machine slows every variant alike; a ratio is
+vs S separate runs, normbench.pack), `lrs` (a pack's members at their own lrs vs all at one), `eval`
+(evaluation's share of each shipped study's run at its budget, bench/eval_share.py). Variants are timed
+in rounds whose order rotates, so a slow phase of a shared machine slows every variant alike; a ratio is
 the median over rounds of the paired ratios, with their range. Writes bench.json and bench.md.
 """
 
@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import torch
 
-SECTIONS = ("loop", "norms", "cells", "sweep", "fixed", "packed", "eval")
+SECTIONS = ("loop", "norms", "cells", "sweep", "fixed", "packed", "lrs", "eval")
 
 
 def clocks() -> tuple[float, float]:
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
           "(range in brackets)."]
     sections = {"loop": loop.run, "norms": kernels.run_norms, "cells": kernels.run_cells, "sweep": sweep.run,
                 "fixed": lambda args, device: sweep.fixed_cost(args), "packed": packed.run,
-                "eval": eval_share.run}
+                "lrs": packed.run_member_lrs, "eval": eval_share.run}
     for name in args.sections:
         started = time.perf_counter()
         rows, text = sections[name](args, device)

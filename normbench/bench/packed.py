@@ -224,3 +224,57 @@ def run(args, device: torch.device):
               f"step, S = {max(sizes)}: the pack's):\n\n"
             + markdown_table(["model", "S", "op", "ms per step", "share", "calls per step"], profiles))
     return rows, text
+
+
+LR_MEMBERS = (3, 15)  # 3 lrs (the converged grid), 15 (5 lrs x 3, or the members of a wider grid)
+
+
+def member_lr_variants(batch: int, size: int, device, steps: int):
+    """One SGD training step of an S-member MLP+BN pack, its members at their own lrs (pack.optim.MemberLR,
+    as `pack.lrs` trains) and all at one lr (torch's fused SGD over the stacked parameters, as a pack of
+    seeds trains)."""
+    from normbench.config import Config, Optimizer
+    from normbench.pack.optim import MemberLR
+
+    xs = torch.randn(size, batch, 1, 28, 28, device=device)
+    ys = torch.randint(0, 10, (size, batch), device=device)
+
+    def variant(own: bool):
+        pack = PackedModel([build("mlp", "bn", s, device) for s in range(size)]).to(device)
+        if own:
+            opt = MemberLR(pack, size, Config(optimizer=Optimizer.sgd, momentum=0.9))
+            opt.set_lrs([0.01 * (k + 1) for k in range(size)])
+        else:
+            opt = torch.optim.SGD(pack.parameters(), lr=0.01, momentum=0.9, fused=True)
+
+        def step() -> None:
+            loss = F.cross_entropy(pack(xs).flatten(0, 1), ys.flatten(), reduction="none").view(size, -1).mean(1).sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        return timer(step, steps, device)
+
+    return {"own lrs": variant(True), "one lr": variant(False)}
+
+
+def run_member_lrs(args, device: torch.device):
+    rows, table = [], []
+    for batch in (2,) if args.quick else (2, 8, 64):
+        for size in LR_MEMBERS[:1] if args.quick else LR_MEMBERS:
+            one = min(member_lr_variants(batch, size, device, 1)["one lr"]() for _ in range(2))
+            steps = max(2, min(200, int(args.seconds / max(one, 1e-6))))
+            got = interleave(member_lr_variants(batch, size, device, steps), args.rounds)
+            ratio = paired_ratio(got["own lrs"], got["one lr"])
+            rows.append({"model": "mlp", "norm": "bn", "batch_size": batch, "members": size,
+                         "own_lrs_ms": 1e3 * min(got["own lrs"]), "one_lr_ms": 1e3 * min(got["one lr"]),
+                         "own_over_one": ratio})
+            table.append([batch, size, f"{1e3 * min(got['own lrs']):.2f}", f"{1e3 * min(got['one lr']):.2f}",
+                          fmt_ratio(ratio)])
+            print(f"  lrs mlp+bn b={batch} S={size}: own / one {fmt_ratio(ratio)}", flush=True)
+    text = ("### lrs: a pack's members at their own learning rates vs at one\n\n"
+            "One SGD (momentum 0.9) training step of an MLP+BN pack of S members (fastest round, ms): with "
+            "`pack.lrs` (pack.optim.MemberLR: torch's fused SGD kernel per member) and with one lr (torch's fused "
+            "SGD over the stacked parameters); own / one: median over interleaved rounds (range). 1 = per-member "
+            "lrs cost nothing.\n\n"
+            + markdown_table(["batch", "S", "own lrs ms", "one lr ms", "own / one"], table))
+    return rows, text

@@ -1,77 +1,131 @@
 """The optimizer of a pack whose members have their own learning rates (`pack.lrs`).
 
 torch's optimizers take one scalar lr per parameter group, and a packed parameter holds every member's
-slice. `MemberLR` is AdamW or SGD-with-momentum written as torch documents them (torch.optim.AdamW's and
-torch.optim.SGD's algorithm boxes), with the learning rate a per-member tensor broadcast over each
-parameter's member axis: a stacked (S, ...) or concatenated (S*C, ...) first dimension, or one member's own
-parameter in a `PerMember` layer. The tests check it against separate runs with torch's fused optimizers.
+slice: a stacked (S, ...) or concatenated (S*C, ...) first dimension, or one member's own parameter in a
+`PerMember` layer. `MemberLR` is AdamW or SGD with momentum (torch.optim.AdamW's and torch.optim.SGD's
+algorithms, torch's defaults) that steps each member's slices of all parameters through torch's own fused
+kernel (`torch._fused_sgd_`, `torch._fused_adamw_`: what `torch.optim.SGD(fused=True)` and
+`AdamW(fused=True)` call) with that member's lr, so a member's update is computed as its separate run's is.
+Where torch has no fused kernel (a dtype or device it does not cover) the same update goes through torch's
+functional `sgd` / `adamw`. The tests check both against separate runs with torch's fused optimizers.
 A pack whose members share one lr trains with torch's fused optimizer itself (`optim.make_optimizer`).
+
+The state is the packed parameters' (one stacked momentum buffer, or AdamW's moments and a step count per
+member, per parameter), so a checkpoint holds it whole. The members' views of the parameters and of the
+state are cut once and kept; only the gradients, new every step, are cut each step. A loop of small ops per
+parameter, as this was before, took a third of a batch-2 step (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import torch
 from torch import nn
+from torch.optim.adamw import adamw
+from torch.optim.sgd import sgd
 
 from normbench.config import Config, Optimizer
 
 _MEMBER = re.compile(r"\.members\.(\d+)\.")
+BETAS, EPS = (0.9, 0.999), 1e-8  # AdamW's: torch's defaults
 
 
-def member_index(name: str, p: torch.Tensor, members: int) -> torch.Tensor | int:
-    """Which member each row of `p` belongs to: an int for a member's own parameter, else (rows,) indices."""
+def member_of(name: str) -> int | None:
+    """The member a `PerMember` layer's own parameter belongs to; None for a packed (stacked) parameter."""
     own = _MEMBER.search(f".{name}")
-    if own:
-        return int(own.group(1))
-    return torch.arange(members, device=p.device).repeat_interleave(p.shape[0] // members)
+    return int(own.group(1)) if own else None
 
 
 class MemberLR(torch.optim.Optimizer):
     """AdamW (`cfg.optimizer=adam`) or SGD with momentum over a packed model; `set_lrs` each step."""
 
-    def __init__(self, model: nn.Module, members: int, cfg: Config):
+    def __init__(self, model: nn.Module, members: int, cfg: Config, fused: bool | None = None):
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         super().__init__([p for _, p in named], {"lr": 0.0})
-        self.kind, self.cfg = cfg.optimizer, cfg
-        self.index = [member_index(n, p, members) for n, p in named]
-        self.lrs = torch.zeros(members, dtype=torch.float64)
+        self.cfg, self.members = cfg, members
+        self.adam = cfg.optimizer == Optimizer.adam
+        self.owner = [member_of(n) for n, _ in named]
+        self.fused = fused if fused is not None else all(
+            p.is_floating_point() and p.device.type in ("cpu", "cuda", "mps") for _, p in named)
+        self.lrs = [0.0] * members
+        self._cut: dict[int, tuple[torch.Tensor, list]] = {}  # id(tensor) -> (tensor, its members' views)
 
     def set_lrs(self, lrs: list[float]) -> None:
-        self.lrs = torch.tensor(lrs, dtype=torch.float64)
+        self.lrs = [float(lr) for lr in lrs]
 
-    def _lr(self, i: int, p: torch.Tensor) -> torch.Tensor | float:
-        index = self.index[i]
-        if isinstance(index, int):
-            return float(self.lrs[index])
-        return self.lrs.to(p.device, p.dtype)[index].view(-1, *([1] * (p.dim() - 1)))
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._cut.clear()  # the state is new tensors
+
+    def _views(self, i: int, t: torch.Tensor, keep: bool = True) -> list[torch.Tensor | None]:
+        """Parameter i's tensor `t` (the parameter, its gradient or its state) as each member's view
+        (None for the members a `PerMember` parameter is not theirs); kept unless `keep` is False."""
+        own = self.owner[i]
+        if own is not None:
+            return [t if k == own else None for k in range(self.members)]
+        hit = self._cut.get(id(t))
+        if hit is not None and hit[0] is t:
+            return hit[1]
+        views = list(t.chunk(self.members, 0))
+        if keep:
+            self._cut[id(t)] = (t, views)
+        return views
+
+    def _state(self, i: int, p: torch.Tensor) -> list[torch.Tensor]:
+        """Parameter i's state tensors, created on its first step: AdamW's moments and step counts (one
+        per member), or SGD's momentum buffer (m * 0 + g: its first step's buffer is g, as torch's)."""
+        state = self.state[p]
+        if self.adam:
+            if not state:
+                state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+            if not torch.is_tensor(state["step"]):  # a checkpoint from before this kept one int
+                rows = 1 if self.owner[i] is not None else self.members
+                state["step"] = torch.full((rows,), float(state["step"]), dtype=torch.float32, device=p.device)
+            return [state["exp_avg"], state["exp_avg_sq"], state["step"]]
+        if not self.cfg.momentum:
+            return []
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(p)
+        return [state["momentum_buffer"]]
 
     @torch.no_grad()
     def step(self, closure=None):
-        cfg = self.cfg
+        per_member: list[list[list[torch.Tensor]]] = [[] for _ in range(self.members)]
         for i, p in enumerate(self.param_groups[0]["params"]):
             if p.grad is None:
                 continue
-            g, lr, state = p.grad, self._lr(i, p), self.state[p]
-            if self.kind == Optimizer.adam:  # AdamW, betas (0.9, 0.999), eps 1e-8: torch's defaults
-                b1, b2 = 0.9, 0.999
-                if not state:
-                    state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
-                state["step"] += 1
-                t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
-                p.mul_(1 - lr * cfg.weight_decay)
-                m.lerp_(g, 1 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                denom = (v.sqrt() / (1 - b2 ** t) ** 0.5).add_(1e-8)
-                p.sub_(m / denom * (lr / (1 - b1 ** t)))
-            else:  # SGD: momentum, no dampening, L2 weight decay added to the gradient
-                if cfg.weight_decay:
-                    g = g.add(p, alpha=cfg.weight_decay)
-                if cfg.momentum:
-                    if "momentum_buffer" not in state:
-                        state["momentum_buffer"] = g.clone()
-                    else:
-                        state["momentum_buffer"].mul_(cfg.momentum).add_(g)
-                    g = state["momentum_buffer"]
-                p.sub_(g * lr)
+            cut = [self._views(i, p), self._views(i, p.grad, keep=False)]
+            cut += [self._views(i, t) for t in self._state(i, p)]
+            for k in range(self.members):
+                if cut[0][k] is None:
+                    continue
+                if not per_member[k]:
+                    per_member[k] = [[] for _ in cut]
+                for lst, views in zip(per_member[k], cut):
+                    lst.append(views[k])
+        for k, lists in enumerate(per_member):
+            if lists:
+                (self._adamw if self.adam else self._sgd)(lists, self.lrs[k])
+
+    def _sgd(self, lists: list[list[torch.Tensor]], lr: float) -> None:
+        """SGD: momentum, no dampening, L2 weight decay added to the gradient."""
+        params, grads, bufs = lists[0], lists[1], (lists[2] if len(lists) > 2 else [])
+        kw = dict(weight_decay=self.cfg.weight_decay, momentum=self.cfg.momentum, lr=lr, dampening=0.0,
+                  nesterov=False, maximize=False)
+        if self.fused:
+            torch._fused_sgd_(params, grads, bufs, is_first_step=False, **kw)
+        else:
+            sgd(params, grads, bufs or [None] * len(params), foreach=False, **kw)
+
+    def _adamw(self, lists: list[list[torch.Tensor]], lr: float) -> None:
+        params, grads, m, v, steps = lists
+        steps = [s.view(()) for s in steps]
+        kw = dict(amsgrad=False, lr=lr, beta1=BETAS[0], beta2=BETAS[1], weight_decay=self.cfg.weight_decay,
+                  eps=EPS, maximize=False)
+        if self.fused:
+            torch._foreach_add_(steps, 1)  # as torch's fused AdamW counts the step before its kernel
+            torch._fused_adamw_(params, grads, m, v, [], steps, **kw)
+        else:
+            adamw(params, grads, m, v, [], steps, foreach=False, **kw)
