@@ -9,7 +9,8 @@
 #   scripts/headline_seeds.sh                      # into outputs/headline_seeds/, 1 job (one core)
 #   JOBS=2 OUT=/tmp/h scripts/headline_seeds.sh    # both cores
 #   SEEDS=0,1 SUBSET=2000 OUT=/tmp/h scripts/headline_seeds.sh   # a pilot
-#   RESUME=1 scripts/headline_seeds.sh             # only the studies its timing.txt does not list
+#   RESUME=1 scripts/headline_seeds.sh             # only the studies its timing.txt does not list (one cut
+#                                                  # short continues from its checkpoints)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,18 +30,10 @@ mkdir -p "$OUT"
 
 COMMON=(experiment=ghost_batch epochs=2 data.subset="$SUBSET" hydra.launcher.n_jobs="$JOBS" threads=1 progress=false
         data.val_size=2000 "pack.seeds=[$SEEDS]")
-study() {  # [GRID=lrs] study NAME OVERRIDES...: one sweep over GRID (default LRS), timed
-  local name=$1; shift
-  if [ -n "${RESUME:-}" ] && grep -q "^$name: " "$OUT/timing.txt" 2>/dev/null; then
-    echo "$name: done, skipped (RESUME=1)"; return
-  fi
-  if [ -e "$OUT/$name" ]; then  # a study cut short starts over; its runs move out of what summarize reads
-    mkdir -p "$OUT.interrupted" && mv "$OUT/$name" "$OUT.interrupted/${name//\//_}.$(date +%s)"
-  fi
-  local start=$SECONDS
-  "$PY" -m normbench train -m "${COMMON[@]}" "pack.lrs=[${GRID:-$LRS}]" "$@" hydra.sweep.dir="$OUT/$name"
-  echo "$name: $((SECONDS - start)) s" | tee -a "$OUT/timing.txt"
-}
+# [GRID=lrs] study NAME OVERRIDES...: one sweep over GRID (default LRS), timed (scripts/study.sh: skipped,
+# or continued, under RESUME=1)
+. scripts/study.sh
+study() { local name=$1; shift; sweep "$name" "${COMMON[@]}" "pack.lrs=[${GRID:-$LRS}]" "$@"; }
 study bn norm=bn,brn norm.ghost_batch=2
 study bn64 norm=bn norm.ghost_batch=64
 study brn_ablation norm=brn norm.r_max=1 norm.d_max=0 norm.ghost_batch=2

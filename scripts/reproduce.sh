@@ -23,14 +23,15 @@
 # (2 epochs of the same subset); the RNN 6 epochs of a 10k subset (936 steps at batch 64, enough epochs
 # for summarize's plateau check); the converged runs 10 epochs of the full training split (55k) at batch 64
 # only (panel (b)'s bn, gn, ln and panel (a)'s ghost batches K = 2, 8, 64). The converged design's batch 2
-# and 8 cells (experiment=converged) are not run here: at batch 2 a 3-lr pack takes 4 ms a step on one core
-# (3,000 steps in 12 s), so 10 epochs (275,000 steps) are ~1,100 s per seed, ~4.6 h for bn, gn, ln x 5 seeds;
+# and 8 cells (experiment=converged) are not run here: at batch 2 a 3-lr pack took 4 ms a step on one core
+# of a 2-core machine (2026-12-01) and 6.3-6.5 ms on a slower one (2026-12-02), so 10 epochs (290,000 steps)
+# are 1,200-1,900 s per seed, 5-8 h for bn, gn, ln x 5 seeds (CONV_BATCHES=2,8 runs them, RESUME=1 across sittings);
 # their claims are reported as untested. Each seed draws its own validation split (2k) and subset, the same
 # for every run of that seed (docs/regimes.md). The RNN's grid is 3 learning rates, not the shipped
 # experiment's 5: its evaluation suite (every test length, padding, PreciseBN on stretched images) costs
 # ~58 s per 3-lr pack for recurrent BN on one core. Timings go to $OUT/timing.txt; RESUME=1 with the same
-# OUT runs only the studies it does not list (a study cut short starts over, its runs moved to
-# $OUT.interrupted/); afterwards `python scripts/readme_claims.py --record $OUT` checks the joint summary into
+# OUT runs only the studies it does not list (a study cut short continues: `resume=true` on its sweep keeps
+# the finished runs and resumes the others from their last checkpoint); afterwards `python scripts/readme_claims.py --record $OUT` checks the joint summary into
 # docs/results/ and rewrites the README's claims table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,7 +67,7 @@ CONVERGED=${CONVERGED:-1}  # CONVERGED=0 skips the converged runs (the longest p
 CONV_EPOCHS=${CONV_EPOCHS:-10}
 CONV_SUBSET=${CONV_SUBSET:-null}  # the full training split
 CONV_LRS=${CONV_LRS:-0.025,0.05,0.1}
-CONV_BATCHES=${CONV_BATCHES:-64}  # 2 and 8: see the header (4 ms a step at batch 2 on one core)
+CONV_BATCHES=${CONV_BATCHES:-64}  # 2 and 8: see the header (4-6.5 ms a step at batch 2 on one core)
 CONV_GHOSTS=${CONV_GHOSTS:-2,8,64}
 PARTS=${PARTS:-main transformer}  # main: the MLP, CNN and RNN studies; transformer: experiment=lr_sensitivity,
                                   # small_batch_transformer, variable_length_transformer
@@ -97,21 +98,9 @@ COMMON=(hydra.launcher.n_jobs="$JOBS" threads=1 progress=false data.val_size=200
 # BRN's momentum: BRN - ablation is the correction's gain.
 ABLATION=(norm=brn norm.r_max=1 norm.d_max=0)
 
-study() {  # study NAME OVERRIDES...: one sweep, timed (skipped under RESUME=1 when timing.txt has it)
-  local name=$1; shift
-  if [ -n "${RESUME:-}" ] && grep -q "^$name: " "$OUT/timing.txt" 2>/dev/null; then
-    echo "$name: done, skipped (RESUME=1)"; return
-  fi
-  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then
-    echo "$name: not in ONLY, skipped"; return
-  fi
-  if [ -e "$OUT/$name" ]; then  # a study cut short starts over; its runs move out of what summarize reads
-    mkdir -p "$OUT.interrupted" && mv "$OUT/$name" "$OUT.interrupted/${name//\//_}.$(date +%s)"
-  fi
-  local start=$SECONDS
-  "$PY" -m normbench train -m "$@" "${COMMON[@]}" hydra.sweep.dir="$OUT/$name"
-  echo "$name: $((SECONDS - start)) s" | tee -a "$OUT/timing.txt"
-}
+# study NAME OVERRIDES...: one sweep, timed (scripts/study.sh: skipped, or continued, under RESUME=1)
+. scripts/study.sh
+study() { local name=$1; shift; sweep "$name" "$@" "${COMMON[@]}"; }
 
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 

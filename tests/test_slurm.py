@@ -112,6 +112,13 @@ def array_tasks(sweep: Path, expected: int = 4) -> dict[str, tuple[str, int, int
     return out
 
 
+def last_written(sweep: Path) -> float:
+    """When the sweep's last results.json was last written (epoch seconds): a sweep that waited for every
+    task returns after it. (sacct's end is later by the task's interpreter teardown, 1-4 s here, which is
+    why a sweep's return is not measured against it.)"""
+    return max(p.stat().st_mtime for p in sweep.glob("*/results.json"))
+
+
 def _epoch_s(sacct_time: str) -> int:
     return int(time.mktime(time.strptime(sacct_time, "%Y-%m-%dT%H:%M:%S")))
 
@@ -303,9 +310,7 @@ def test_cancelled_task_is_listed_with_its_resume_command_and_the_others_complet
     assert f"task {c} (SLURM job {faults['job a']}_{c}, state: CANCELLED" in line
     assert "interrupted (SIGTERM) at step" in line and "cancelled (scancel): not requeued" in line
     assert f"resume=true hydra.sweep.dir={sweep}" in line
-    # the sweep waited for every task: a task that wrote its result still exits (the interpreter's teardown
-    # with torch takes 1-2 s here) before sacct records its end
-    assert max(end for _, _, end in array_tasks(sweep).values()) <= faults["returned a"] + 3
+    assert last_written(sweep) <= faults["returned a"]  # the sweep waited for every task
     runs = results(sweep)
     (cancelled,) = [n for n in runs if n.endswith(f",job{c}")]
     assert runs[cancelled]["status"] == "failed" and runs[cancelled]["interrupted"]["signal"] == "SIGTERM"
@@ -393,7 +398,7 @@ def test_killed_task_ends_the_sweep_as_failed(killed_sweep, tmp_path):
     assert f"hydra.sweep.dir={sweep}" in line
     assert took < 240
     # the sweep waited for every task (hydra-submitit alone returned at the first dead one, issue 24)
-    assert max(end for _, _, end in array_tasks(sweep).values()) <= returned + 1
+    assert last_written(sweep) <= returned
     assert 1 <= at_kill["loop"]["epochs_done"] < 8  # killed mid-run, after a checkpoint
 
     runs = results(sweep)
