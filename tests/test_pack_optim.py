@@ -30,16 +30,17 @@ def members(norm: str) -> list[torch.nn.Module]:
 
 
 @pytest.mark.parametrize("fused", [True, False])
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-def test_each_member_steps_as_torch_optimizer_with_its_own_lr(optimizer, fused):
+@pytest.mark.parametrize("optimizer,momentum,decay", [("sgd", 0.9, 1e-2), ("sgd", 0.0, 0.0), ("adam", 0.9, 1e-2),
+                                                      ("adam", 0.9, 0.0)])
+def test_each_member_steps_as_torch_optimizer_with_its_own_lr(optimizer, momentum, decay, fused):
     nets = members("rms")
     refs = [copy.deepcopy(n) for n in nets]
     pack = PackedModel(nets)
-    cfg = Config(optimizer=Optimizer(optimizer), momentum=0.9, weight_decay=1e-2)
+    cfg = Config(optimizer=Optimizer(optimizer), momentum=momentum, weight_decay=decay)
     opt = MemberLR(pack, 3, cfg, fused=fused)
     assert {o is None for o in opt.owner} == {True, False}  # both kinds of parameter are stepped
-    make = (lambda p, lr: torch.optim.SGD(p, lr=lr, momentum=0.9, weight_decay=1e-2, foreach=False)) \
-        if optimizer == "sgd" else (lambda p, lr: torch.optim.AdamW(p, lr=lr, weight_decay=1e-2, foreach=False))
+    make = (lambda p, lr: torch.optim.SGD(p, lr=lr, momentum=momentum, weight_decay=decay, foreach=False)) \
+        if optimizer == "sgd" else (lambda p, lr: torch.optim.AdamW(p, lr=lr, weight_decay=decay, foreach=False))
     ref_opts = [make(r.parameters(), lr) for r, lr in zip(refs, LRS[optimizer])]
     gen = torch.Generator().manual_seed(0)
     for step in range(4):
@@ -62,8 +63,8 @@ def test_each_member_steps_as_torch_optimizer_with_its_own_lr(optimizer, fused):
 
 def test_a_checkpoint_with_one_adamw_step_count_resumes_with_one_per_member():
     """Reference: the same optimizer run unbroken. A checkpoint written before each member kept its own
-    AdamW step count held one int per parameter; loading it continues exactly."""
-    pack = PackedModel(members("bn"))
+    AdamW step count held one int per parameter; loading it continues exactly, with a count per member."""
+    pack = PackedModel(members("rms"))  # stacked parameters and a member's own (one step count each)
     cfg = Config(optimizer=Optimizer.adam)
     x = torch.randn(3, 5, 1, 6, 6, dtype=torch.float64)
     y = torch.randint(0, 4, (3, 5))
@@ -86,5 +87,9 @@ def test_a_checkpoint_with_one_adamw_step_count_resumes_with_one_per_member():
     resumed = MemberLR(pack, 3, cfg)
     resumed.load_state_dict(saved)
     step(resumed)
+    for p, s in resumed.state.items():  # one float32 count per member, on the parameter's device
+        rows = 3 if s["step"].numel() == 3 else 1
+        assert s["step"].dtype == torch.float32 and s["step"].device == p.device and s["step"].tolist() == [2.0] * rows
+    assert {s["step"].numel() for s in resumed.state.values()} == {1, 3}
     for k, v in want.items():
         torch.testing.assert_close(pack.state_dict()[k], v, rtol=0, atol=0, msg=k)

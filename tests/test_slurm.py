@@ -113,9 +113,10 @@ def array_tasks(sweep: Path, expected: int = 4) -> dict[str, tuple[str, int, int
 
 
 def last_written(sweep: Path) -> float:
-    """When the sweep's last results.json was last written (epoch seconds): a sweep that waited for every
-    task returns after it. (sacct's end is later by the task's interpreter teardown, 1-4 s here, which is
-    why a sweep's return is not measured against it.)"""
+    """When the sweep's last results.json was last written (epoch seconds, the local disk's clock, which is
+    the test's): a sweep that waited for every task's result returns after it. That a task's process also
+    exited is sacct's COMPLETED, checked beside it; sacct's end time is later than the result by the
+    interpreter's teardown, 1-4 s here, so the sweep's return is not measured against it."""
     return max(p.stat().st_mtime for p in sweep.glob("*/results.json"))
 
 

@@ -1,6 +1,7 @@
 """scripts/study.sh, the sweep step scripts/reproduce.sh and scripts/headline_seeds.sh share, against its
 documented contract (its header): a study runs once and is timed; under RESUME=1 a timed study is skipped
-and one cut short (its folder there, its time not) continues with resume=true; ONLY limits the studies.
+and one cut short (its folder there, its time not) continues with resume=true, unless its overrides
+changed (then it starts over, moved aside); ONLY limits the studies.
 Run by bash with a stand-in interpreter that records the command it is given, not by training."""
 
 from __future__ import annotations
@@ -27,8 +28,14 @@ def test_a_study_runs_once_then_resume_skips_it_and_continues_one_cut_short(tmp_
     assert sweep(tmp_path, "sweep a x=1") == [f"-m normbench train -m x=1 hydra.sweep.dir={out}/a"]
     assert (out / "timing.txt").read_text().startswith("a: ")
     assert sweep(tmp_path, "RESUME=1 sweep a x=1") == []  # timed: done
-    (out / "b").mkdir()  # cut short: its folder, no time
+    (out / "b").mkdir()
+    (out / "b" / ".overrides").write_text("y=2\n")  # cut short: its folder and overrides, no time
     assert sweep(tmp_path, "RESUME=1 sweep b y=2") == [f"-m normbench train -m y=2 resume=true hydra.sweep.dir={out}/b"]
     assert "b: " in (out / "timing.txt").read_text() and "(continued" in (out / "timing.txt").read_text()
+    (out / "c").mkdir()
+    (out / "c" / ".overrides").write_text("seeds=[0,1]\n")  # cut short under other overrides: starts over
+    (out / "c" / "run").mkdir()
+    assert sweep(tmp_path, "RESUME=1 sweep c seeds=[0,1,2]") == [f"-m normbench train -m seeds=[0,1,2] hydra.sweep.dir={out}/c"]
+    assert not (out / "c" / "run").exists() and [p.name[:2] for p in (tmp_path / "out.interrupted").iterdir()] == ["c."]
     assert sweep(tmp_path, "ONLY='c d' sweep e z=3") == []
     assert sweep(tmp_path, "ONLY='c d' sweep d z=3") == [f"-m normbench train -m z=3 hydra.sweep.dir={out}/d"]

@@ -7,7 +7,8 @@ algorithms, torch's defaults) that steps each member's slices of all parameters 
 kernel (`torch._fused_sgd_`, `torch._fused_adamw_`: what `torch.optim.SGD(fused=True)` and
 `AdamW(fused=True)` call) with that member's lr, so a member's update is computed as its separate run's is.
 Where torch has no fused kernel (a dtype or device it does not cover) the same update goes through torch's
-functional `sgd` / `adamw`. The tests check both against separate runs with torch's fused optimizers.
+functional `sgd` / `adamw`. tests/test_pack.py checks the fused path against separate runs with torch's
+fused optimizers, and tests/test_pack_optim.py both paths against torch's unfused ones, member by member.
 A pack whose members share one lr trains with torch's fused optimizer itself (`optim.make_optimizer`).
 
 The state is the packed parameters' (one stacked momentum buffer, or AdamW's moments and a step count per
@@ -50,7 +51,7 @@ class MemberLR(torch.optim.Optimizer):
         self.fused = fused if fused is not None else all(
             p.is_floating_point() and p.device.type in ("cpu", "cuda", "mps") for _, p in named)
         self.lrs = [0.0] * members
-        self._cut: dict[int, tuple[torch.Tensor, list]] = {}  # id(tensor) -> (tensor, its members' views)
+        self._cut: dict[int, tuple] = {}  # id(tensor) -> (tensor, its storage's address, its members' views)
 
     def set_lrs(self, lrs: list[float]) -> None:
         self.lrs = [float(lr) for lr in lrs]
@@ -58,6 +59,10 @@ class MemberLR(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self._cut.clear()  # the state is new tensors
+        for p in self.param_groups[0]["params"]:  # torch leaves "step" where the checkpoint was loaded (the CPU)
+            step = self.state.get(p, {}).get("step")
+            if torch.is_tensor(step):
+                self.state[p]["step"] = step.to(p.device, torch.float32)
 
     def _views(self, i: int, t: torch.Tensor, keep: bool = True) -> list[torch.Tensor | None]:
         """Parameter i's tensor `t` (the parameter, its gradient or its state) as each member's view
@@ -66,11 +71,11 @@ class MemberLR(torch.optim.Optimizer):
         if own is not None:
             return [t if k == own else None for k in range(self.members)]
         hit = self._cut.get(id(t))
-        if hit is not None and hit[0] is t:
-            return hit[1]
+        if hit is not None and hit[0] is t and hit[1] == t.data_ptr():  # the same tensor, the same storage
+            return hit[2]
         views = list(t.chunk(self.members, 0))
         if keep:
-            self._cut[id(t)] = (t, views)
+            self._cut[id(t)] = (t, t.data_ptr(), views)
         return views
 
     def _state(self, i: int, p: torch.Tensor) -> list[torch.Tensor]:
