@@ -161,6 +161,27 @@ def test_a_ghost_batch_sweep_plots_accuracy_against_k(tmp_path):
     assert files["ghost_batch_fashion_mnist_mlp"].read_bytes()[:4] == b"\x89PNG"
 
 
+def test_values_per_channel_panel_puts_each_cell_at_its_own_runs_count(tmp_path):
+    """Reference: the runs' own norm_values_per_channel, set by hand. At batch 64 the column holds ghost
+    batches of 2 and 8 beside plain BN (64 values): each row is plotted at its own count, not at the
+    column's fewest (which put plain BN at batch 64 at 2 values)."""
+    for seed in range(3):
+        for k in (2, 8):
+            write_run(tmp_path, f"bn{k}_{seed}", bs=64, seed=seed, config={"norm.ghost_batch": k},
+                      test_acc=0.6 + k / 100, test_acc_train_mode=0.5, norm_values_per_channel=k)
+        for bs in (8, 64):
+            write_run(tmp_path, f"bn_{bs}_{seed}", bs=bs, seed=seed, test_acc=0.85, test_acc_train_mode=0.8,
+                      norm_values_per_channel=bs)
+    from normbench import plots
+
+    s = compute(tmp_path)
+    tables = [t for t in s.tables if t.kind == "batch"]
+    ax = plots.batch_figure(tables).axes[-1]
+    xs = {c.get_label(): list(c.lines[0].get_xdata()) for c in ax.containers}
+    assert xs["bn · mlp"] == [8, 64]
+    assert xs["bn ghost_batch=2 · mlp"] == [2] and xs["bn ghost_batch=8 · mlp"] == [8]
+
+
 def test_every_table_states_its_budget(tmp_path):
     """Reference: the runs' own `steps` x batch_size, counted by hand: 10,000 samples at batch 2 (5,000
     steps) and at batch 8 (1,250 steps); a column whose runs differ shows the range."""
