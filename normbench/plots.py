@@ -104,8 +104,8 @@ def batch_figure(tables: list[Table]) -> Figure:
             for label in bn_like:
                 cols, mean, (lo, hi) = _series(t, label)
                 # each cell at its own runs' count: a column mixes them (ghost batches of 2, 8 and 64 at batch 64)
-                points = [(min(t.cell_values_per_channel[label, c]), mu, a, b) for c, mu, a, b in zip(cols, mean, lo, hi)
-                          if t.cell_values_per_channel.get((label, c))]
+                points = [(min(t.values_per_channel[label, c]), mu, a, b) for c, mu, a, b in zip(cols, mean, lo, hi)
+                          if t.values_per_channel.get((label, c))]
                 if points:
                     x, y, a, b = zip(*points)
                     ax.errorbar(x, y, yerr=(a, b), marker=MARKERS[m % len(MARKERS)], ms=5, capsize=3,

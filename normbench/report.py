@@ -52,7 +52,7 @@ def uniform_n(t: Table) -> int | None:
 
 
 def values_per_channel(t: Table, col: str) -> str:
-    seen = sorted(t.values_per_channel.get(col, ()))
+    seen = t.column_values_per_channel(col)
     return "" if not seen else str(seen[0]) if len(seen) == 1 else f"{seen[0]}–{seen[-1]}"
 
 
@@ -319,7 +319,7 @@ def to_json(s: Summary) -> str:
                "n": cell.n, "mean": cell.mean, "std": cell.std, "ci_low": (cell.ci or (None,))[0],
                "ci_high": (cell.ci or (None, None))[1], "values": cell.values, "seeds": cell.seeds,
                "best": r in t.best.get(c, ()), "n_diverged": cell.n_diverged, "n_failed": cell.n_failed,
-               "values_per_channel": sorted(t.values_per_channel.get(c, ())) or None}
+               "values_per_channel": t.column_values_per_channel(c) or None}
               for t in s.tables for r in t.rows for c in t.cols if (cell := t.cells.get((r, c))) is not None]
     comparisons = [{"study": t.study, "data": t.data, "model": t.model, "metric": t.metric, "norm": c.row,
                     "ref": t.ref, "axis": c.col, "pairs": c.result.n, "seeds": c.result.seeds,

@@ -121,8 +121,7 @@ class Table:
     rows: list[str] = field(default_factory=list)  # norm labels
     cols: list[str] = field(default_factory=list)  # batch sizes or test lengths
     cells: dict[tuple[str, str], Entry] = field(default_factory=dict)
-    values_per_channel: dict[str, set[int]] = field(default_factory=dict)  # batch: column -> the counts seen
-    cell_values_per_channel: dict[tuple[str, str], set[int]] = field(default_factory=dict)  # (row, column) -> the same
+    values_per_channel: dict[tuple[str, str], set[int]] = field(default_factory=dict)  # batch: cell -> the counts seen
     train_range: tuple[int, int] | None = None  # variable length: the trained lengths
     ref: str | None = None  # the row the comparisons are against (None: not in this table)
     comparisons: list[Comparison] = field(default_factory=list)
@@ -142,6 +141,10 @@ class Table:
     @property
     def slug(self) -> str:
         return "_".join(p for p in (self.study or "sweep", self.data, self.model, self.metric) if p)
+
+    def column_values_per_channel(self, col: str) -> list[int]:
+        """The counts a column's runs saw, over its rows (a column mixes them: ghost batches at batch 64)."""
+        return sorted({v for (_, c), seen in self.values_per_channel.items() if c == col for v in seen})
 
 
 @dataclass

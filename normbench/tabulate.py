@@ -38,8 +38,7 @@ def build_tables(runs: list[Run], labels: dict[Path, str], ref: str = "bn") -> l
                 flat[t.kind, t.study, t.data, t.model, t.metric][run.path] = plateaued(run.results.get("history"))
                 vpc = run.results.get("norm_values_per_channel")
                 if not run.varlen and isinstance(vpc, int):
-                    t.values_per_channel.setdefault(col, set()).add(vpc)
-                    t.cell_values_per_channel.setdefault((labels[run.path], col), set()).add(vpc)
+                    t.values_per_channel.setdefault((labels[run.path], col), set()).add(vpc)
                 if run.varlen:
                     t.train_range = (run.config.get("varlen.min_len"), run.config.get("varlen.max_len"))
             if run.varlen:

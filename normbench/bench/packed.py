@@ -72,17 +72,21 @@ def variants(model: str, norm: str, batch: int, size: int, device, steps: int):
             o.step()
 
     packed = PackedModel([build(model, norm, s, device) for s in range(size)]).to(device)
-    popt = _opt(packed)
-
-    def pack() -> None:
-        logits = packed(xs)
-        loss = F.cross_entropy(logits.flatten(0, 1), ys.flatten(), reduction="none").view(size, -1).mean(1).sum()
-        popt.zero_grad(set_to_none=True)
-        loss.backward()
-        popt.step()
-
     params = sum(p.numel() for p in members[0].parameters())
-    return {"separate": timer(separate, steps, device), "packed": timer(pack, steps, device)}, params
+    return {"separate": timer(separate, steps, device),
+            "packed": timer(pack_step(packed, _opt(packed), xs, ys), steps, device)}, params
+
+
+def pack_step(packed: PackedModel, opt, xs: torch.Tensor, ys: torch.Tensor):
+    """One training step of `packed` on its members' batches (S, N, ...): the sum of their mean losses."""
+    size = xs.shape[0]
+
+    def step() -> None:
+        loss = F.cross_entropy(packed(xs).flatten(0, 1), ys.flatten(), reduction="none").view(size, -1).mean(1).sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return step
 
 
 ACTIVATION_TOUCHES = 4  # forward write, backward read, gradient write and read, per activation value
@@ -246,13 +250,7 @@ def member_lr_variants(batch: int, size: int, device, steps: int):
             opt.set_lrs([0.01 * (k + 1) for k in range(size)])
         else:
             opt = torch.optim.SGD(pack.parameters(), lr=0.01, momentum=0.9, fused=True)
-
-        def step() -> None:
-            loss = F.cross_entropy(pack(xs).flatten(0, 1), ys.flatten(), reduction="none").view(size, -1).mean(1).sum()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-        return timer(step, steps, device)
+        return timer(pack_step(pack, opt, xs, ys), steps, device)
 
     return {"own lrs": variant(True), "one lr": variant(False)}
 
