@@ -1,0 +1,52 @@
+"""Keep what `normbench summarize` reads from a study's finished runs, so it can be summarized again (tables,
+claims, figures) after outputs/ is gone, or joined with runs of a later sitting:
+
+    python scripts/keep_runs.py outputs/converged5_b2/converged docs/results/converged_5_seeds/runs
+
+For each run under SRC whose results.json says "completed": that results.json, and the command lines Hydra
+recorded (.hydra/overrides.yaml of its job, multirun.yaml of its sweep), copied to the same relative paths
+under DEST. Checkpoints, TensorBoard events and unfinished runs stay behind (an unfinished run is trained
+again, or resumed, where its checkpoint still is)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+
+def kept(src: Path) -> list[Path]:
+    """The files to keep, relative to `src`."""
+    out: set[Path] = set()
+    for result in sorted(src.rglob("results.json")):
+        if json.loads(result.read_text()).get("status") != "completed":
+            continue
+        out.add(result.relative_to(src))
+        for d in [result.parent, *result.parents]:  # the job's recorded command, and its sweep's
+            if d == src.parent:
+                break
+            for extra in (d / ".hydra" / "overrides.yaml", d / "multirun.yaml"):
+                if extra.is_file():
+                    out.add(extra.relative_to(src))
+    return sorted(out)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__.split("\n\n")[1].strip(), file=sys.stderr)
+        return 2
+    src, dest = map(Path, argv)
+    if not src.is_dir():
+        print(f"keep_runs: {src} is not a directory", file=sys.stderr)
+        return 2
+    files = kept(src)
+    for rel in files:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src / rel, dest / rel)
+    print(f"kept {sum(f.name == 'results.json' for f in files)} finished runs of {src} in {dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
