@@ -23,7 +23,7 @@ def kept(src: Path) -> list[Path]:
         if json.loads(result.read_text()).get("status") != "completed":
             continue
         out.add(result.relative_to(src))
-        for d in [result.parent, *result.parents]:  # the job's recorded command, and its sweep's
+        for d in result.parents:  # the job's recorded command, and its sweep's
             if d == src.parent:
                 break
             for extra in (d / ".hydra" / "overrides.yaml", d / "multirun.yaml"):
