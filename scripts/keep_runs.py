@@ -3,27 +3,30 @@ claims, figures) after outputs/ is gone, or joined with runs of a later sitting:
 
     python scripts/keep_runs.py outputs/converged5_b2/converged docs/results/converged_5_seeds/runs
 
-For each run under SRC whose results.json says "completed": that results.json, and the command lines Hydra
+For each run under SRC that summarize counts as completed (a results.json with status "completed" and a test_acc): that results.json, and the command lines Hydra
 recorded (.hydra/overrides.yaml of its job, multirun.yaml of its sweep), copied to the same relative paths
 under DEST. Checkpoints, TensorBoard events and unfinished runs stay behind (an unfinished run is trained
 again, or resumed, where its checkpoint still is)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from pathlib import Path
 
+from normbench.results import RESULTS
+from normbench.runs import find_runs
+
 
 def kept(src: Path) -> list[Path]:
-    """The files to keep, relative to `src`."""
+    """The files to keep, relative to `src`: those of the runs summarize counts as completed (normbench.runs,
+    the discovery summarize itself uses, so the two cannot disagree on which runs are finished)."""
     out: set[Path] = set()
-    for result in sorted(src.rglob("results.json")):
-        if json.loads(result.read_text()).get("status") != "completed":
+    for run in find_runs(src):
+        if run.status != "completed":
             continue
-        out.add(result.relative_to(src))
-        for d in result.parents:  # the job's recorded command, and its sweep's
+        out.add((run.path / RESULTS).relative_to(src))
+        for d in (run.path / RESULTS).parents:  # the job's recorded command, and its sweep's
             if d == src.parent:
                 break
             for extra in (d / ".hydra" / "overrides.yaml", d / "multirun.yaml"):

@@ -1,5 +1,6 @@
 """scripts/keep_runs.py against its contract (its docstring): a finished run's results.json and the command
-lines Hydra recorded for it are kept at their relative paths; checkpoints, events and unfinished runs are not."""
+lines Hydra recorded for it are kept at their relative paths; checkpoints, events and runs that summarize
+does not count as completed (normbench.runs decides, for both) are not."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ REPO = Path(__file__).resolve().parents[1]
 def test_keeps_finished_runs_and_their_commands_only(tmp_path):
     src, dest = tmp_path / "sweep", tmp_path / "kept"
     job = src / "bn,bs=2,job0"
-    for name, status in [("lr=0.1,seed=0", "completed"), ("lr=0.1,seed=1", "failed")]:
+    for name, res in [("lr=0.1,seed=0", {"status": "completed", "test_acc": 0.9}),
+                      ("lr=0.1,seed=1", {"status": "failed"}),
+                      ("lr=0.1,seed=2", {"status": "completed"})]:  # no test_acc: summarize counts it incomplete
         (job / name).mkdir(parents=True)
-        (job / name / "results.json").write_text(json.dumps({"status": status}))
+        (job / name / "results.json").write_text(json.dumps({**res, "config": {"norm": {"name": "bn"}}}))
         (job / name / "checkpoint.pt").write_bytes(b"x")
         (job / name / "events.out.tfevents.1").write_bytes(b"x")
     (job / ".hydra").mkdir()
