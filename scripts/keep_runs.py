@@ -1,7 +1,7 @@
 """Keep what `normbench summarize` reads from a study's finished runs, so it can be summarized again (tables,
 claims, figures) after outputs/ is gone, or joined with runs of a later sitting:
 
-    python scripts/keep_runs.py outputs/converged5_b2/converged docs/results/converged_5_seeds/runs
+    python scripts/keep_runs.py outputs/converged5_b2/converged docs/results/converged_5_seeds_b2/runs
 
 For each run under SRC that summarize counts as completed (a results.json with status "completed" and a test_acc): that results.json, and the command lines Hydra
 recorded (.hydra/overrides.yaml of its job, multirun.yaml of its sweep), copied to the same relative paths
