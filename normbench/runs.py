@@ -31,11 +31,14 @@ def _overrides(run_dir: Path) -> list[str]:
 
 def find_runs(root: Path) -> list[Run]:
     """Every run directory under `root`: those with a results.json, and those Hydra created (a .hydra/
-    folder) that have none yet (still running, or killed)."""
-    dirs = {p.parent for p in root.rglob(RESULTS)} | {p.parent for p in root.rglob(".hydra") if p.is_dir()}
+    folder) that have none yet (still running, or killed). A pack's folder is not a run (its members are):
+    one with a pack.json, or a Hydra folder with runs inside it (a pack kept without its pack.json)."""
+    finished = {p.parent for p in root.rglob(RESULTS)}
+    hydra = {p.parent for p in root.rglob(".hydra") if p.is_dir()}
+    packs = {d for d in hydra | finished if (d / PACK).exists()} | {r.parent for r in finished if r.parent in hydra}
     runs = []
-    for d in sorted(dirs):
-        if (d / PACK).exists() and not (d / RESULTS).exists():  # a pack: its members are the runs
+    for d in sorted(finished | hydra):
+        if d in packs and d not in finished:
             continue
         if not (d / RESULTS).exists():
             runs.append(Run(d, "incomplete", note="no results.json (still running, or killed)",
@@ -47,7 +50,7 @@ def find_runs(root: Path) -> list[Run]:
             runs.append(Run(d, "unreadable", note=str(e)))
             continue
         config = flatten(res["config"]) if isinstance(res["config"], dict) else {}
-        pack_dir = d.parent if (d.parent / PACK).exists() else None  # a pack's member: the pack's command line
+        pack_dir = d.parent if d.parent in packs else None  # a pack's member: the pack's command line
         run = Run(d, res["status"], config, res, overrides=_overrides(pack_dir or d))
         if run.status == "failed":
             run.note = res.get("error") or "failed"

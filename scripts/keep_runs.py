@@ -3,9 +3,10 @@ claims, figures) after outputs/ is gone, or joined with runs of a later sitting:
 
     python scripts/keep_runs.py outputs/converged5_b2/converged docs/results/converged_5_seeds_b2/runs
 
-For each run under SRC that summarize counts as completed (a results.json with status "completed" and a test_acc): that results.json, and the command lines Hydra
-recorded (.hydra/overrides.yaml of its job, multirun.yaml of its sweep), copied to the same relative paths
-under DEST. Checkpoints, TensorBoard events and unfinished runs stay behind (an unfinished run is trained
+For each run under SRC that summarize counts as completed (a results.json with status "completed" and a
+test_acc): that results.json, the command lines Hydra recorded (.hydra/overrides.yaml of its job,
+multirun.yaml of its sweep) and, for a pack's member, the pack's pack.json (without it summarize would read
+the pack's folder as a run that never finished), copied to the same relative paths under DEST. Checkpoints, TensorBoard events and unfinished runs stay behind (an unfinished run is trained
 again, or resumed, where its checkpoint still is)."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from normbench.results import RESULTS
+from normbench.results import PACK, RESULTS
 from normbench.runs import find_runs
 
 
@@ -26,10 +27,10 @@ def kept(src: Path) -> list[Path]:
         if run.status != "completed":
             continue
         out.add((run.path / RESULTS).relative_to(src))
-        for d in (run.path / RESULTS).parents:  # the job's recorded command, and its sweep's
+        for d in (run.path / RESULTS).parents:  # the job's recorded command, its pack's members, its sweep's
             if d == src.parent:
                 break
-            for extra in (d / ".hydra" / "overrides.yaml", d / "multirun.yaml"):
+            for extra in (d / ".hydra" / "overrides.yaml", d / PACK, d / "multirun.yaml"):
                 if extra.is_file():
                     out.add(extra.relative_to(src))
     return sorted(out)

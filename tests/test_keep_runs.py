@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from normbench.runs import find_runs
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -25,12 +27,18 @@ def test_keeps_finished_runs_and_their_commands_only(tmp_path):
     (job / ".hydra").mkdir()
     (job / ".hydra" / "overrides.yaml").write_text("- norm=bn\n")
     (job / ".hydra" / "hydra.yaml").write_text("{}\n")
+    (job / "pack.json").write_text("{}\n")  # the three are one pack's members
     (src / "multirun.yaml").write_text("{}\n")
     (tmp_path / "multirun.yaml").write_text("{}\n")  # above SRC: not the sweep's
     out = subprocess.run([sys.executable, "scripts/keep_runs.py", str(src), str(dest)], cwd=REPO,
                          check=True, capture_output=True, text=True).stdout
     got = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
-    assert got == ["bn,bs=2,job0/.hydra/overrides.yaml", "bn,bs=2,job0/lr=0.1,seed=0/results.json", "multirun.yaml"]
+    assert got == ["bn,bs=2,job0/.hydra/overrides.yaml", "bn,bs=2,job0/lr=0.1,seed=0/results.json",
+                   "bn,bs=2,job0/pack.json", "multirun.yaml"]
+    # what summarize finds there: the finished member, with its pack's command line, and no unfinished "run"
+    # where the pack's folder is (as there would be without pack.json beside its .hydra/)
+    [run] = find_runs(dest)
+    assert (run.path.name, run.status, run.overrides) == ("lr=0.1,seed=0", "completed", ["norm=bn"])
     assert "kept 1 finished runs" in out
     bad = subprocess.run([sys.executable, "scripts/keep_runs.py", str(tmp_path / "nope"), str(dest)], cwd=REPO,
                          capture_output=True, text=True)

@@ -239,6 +239,8 @@ def test_packed_run_writes_each_member_as_a_run(tiny_root, tmp_path):
     assert sorted(r.path.name for r in runs) == sorted(d.name for d in tmp_path.glob("lr=*"))
     assert {r.status for r in runs} == {"completed"}
     assert {r.study for r in runs} == {"small_batch"}  # each member is of the study its pack was launched as
+    (tmp_path / "pack.json").unlink()  # a pack kept without its pack.json (runs kept before keep_runs copied it)
+    assert [(r.path, r.status, r.study) for r in find_runs(tmp_path)] == [(r.path, r.status, r.study) for r in runs]
 
 
 @pytest.mark.parametrize("pack,why", [
