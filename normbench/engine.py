@@ -205,6 +205,7 @@ class FitResult:
     first_grad_ratio: float | None = None  # ||dL/dW|| / ||W|| of the first weight matrix at the first step
     val_seconds: float = 0.0  # time in the per-epoch validation passes (a pack's members share them)
     resumed_at_step: list[int] = field(default_factory=list)  # each step this training resumed from
+    earlier_wall_s: float = 0.0  # wall time of the processes before this one, each up to the checkpoint it left
 
     @property
     def train_samples_per_s(self) -> float:
@@ -273,8 +274,10 @@ def train(model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list, 
     every epoch, and at the step boundary where a signal stops the loop (`normbench.interrupts`: it then
     raises `Interrupted` with that step). `resume=True` continues from it, bit-identical on CPU to an
     unbroken run (mid-epoch: the epoch's batches are drawn again from its start and the ones already
-    trained skipped), and never trains past the run's total steps.
+    trained skipped), and never trains past the run's total steps. The checkpoint also adds this
+    process's seconds so far to `earlier_wall_s`, so a resumed run's wall_s covers every process it took.
     """
+    leg_started = time.perf_counter()  # this process's part of the training's wall time
     cfg, size = cfgs[0], len(cfgs)
     packed = isinstance(model, Members)
     epochs, total_steps = plan_steps(cfg, len(splits.train_x))
@@ -335,7 +338,8 @@ def train(model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list, 
                         break
                     if interrupts.pending() is not None:  # a signal: the run stops at this step, checkpointed
                         _stop(window, clock, outs, trackers, state, lrs, None if checkpoint is None else
-                              lambda: save_checkpoint(checkpoint, model, opt, at_start, state, outs))
+                              lambda: save_checkpoint(checkpoint, model, opt, at_start, state, outs,
+                                                                      time.perf_counter() - leg_started))
             if window.items and _live(outs):  # the epoch's last, partial window
                 _log(window, clock, outs, trackers, state.steps, lrs)
             clock.lap(_live(outs), 0)  # the tail after the last log: time only
@@ -360,7 +364,8 @@ def train(model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list, 
                 if not math.isfinite(val_losses[k]):
                     out.status, out.diverged_step = "diverged", state.steps
             if checkpoint is not None:
-                save_checkpoint(checkpoint, model, opt, [g.get_state() for g in shuffles], state, outs)
+                save_checkpoint(checkpoint, model, opt, [g.get_state() for g in shuffles], state, outs,
+                                time.perf_counter() - leg_started)
                 if interrupts.pending() is not None:  # asked during validation: the epoch's checkpoint holds it
                     raise interrupts.pending().at(state.steps)
     if packed:
@@ -461,11 +466,11 @@ CHECKPOINT_FORMAT = 3  # 2: epoch boundaries only; 1: before one loop served run
 
 
 def save_checkpoint(path: Path, model, opt, shuffles: list[torch.Tensor], state: LoopState,
-                    outs: list[FitResult]) -> None:
+                    outs: list[FitResult], leg_s: float = 0.0) -> None:
     """The full training state, atomically: model, optimizer, torch's RNGs, each member's batch generator
     as it was at the start of the epoch in progress (`shuffles`: their states; at an epoch's end, the next
     one's start), where the loop is (`state.epoch_steps` batches into that epoch) and what each member has
-    done. No scheduler state: the learning rate is a function of the step."""
+    done, its wall time counting this process's `leg_s` seconds. No scheduler state: the learning rate is a function of the step."""
     from normbench.results import atomic_write_bytes
 
     blob = {
@@ -473,7 +478,7 @@ def save_checkpoint(path: Path, model, opt, shuffles: list[torch.Tensor], state:
         "rng": {"torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
                 "shuffles": list(shuffles)},
-        "loop": dict(state.__dict__), "members": [dict(o.__dict__) for o in outs],
+        "loop": dict(state.__dict__), "members": [{**o.__dict__, "earlier_wall_s": o.earlier_wall_s + leg_s} for o in outs],
     }
     atomic_write_bytes(path, lambda f: torch.save(blob, f))
 

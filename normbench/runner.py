@@ -269,6 +269,7 @@ def _train_members(cfg: Config, members: list[tuple], checkpoint_dir: Path,
         fitted = engine.train(model, splits, [replace(c, lr=r["lr_effective"]) for c, r in zip(cfgs, results)],
                               trackers, device, checkpoint=checkpoint_dir / CHECKPOINT, resume=cfg.resume,
                               batch_fn=studies.for_config(cfg).train_batches(cfg))  # results record the base lr
+        started -= max(f.earlier_wall_s for f in fitted)  # a resumed run's wall_s: its earlier processes too
         for res, fit, net in zip(results, fitted, nets):
             record_fit(res, fit, net)
         if any(f.status == "completed" for f in fitted):  # every member's test suite at once

@@ -104,6 +104,10 @@ def costs(runs: list[Run]) -> dict[str, dict[str, float]]:
             value = r.results.get(name)
             if isinstance(value, (int, float)):
                 group[name] = max(group.get(name, 0.0), float(value))
+    for group in (g for groups in by_study.values() for g in groups.values()):
+        # a run resumed before wall_s counted its earlier processes (engine.FitResult.earlier_wall_s) records
+        # only its last one's: its wall is at least the training and evaluation it records
+        group["wall_s"] = max(group.get("wall_s", 0.0), group.get("train_s", 0.0) + group.get("eval_s", 0.0))
     out = {}
     for study, groups in sorted(by_study.items()):
         total = {name: sum(g.get(name, 0.0) for g in groups.values()) for name in ("wall_s", "train_s", "eval_s")}

@@ -7,6 +7,7 @@ float64 test loss included, must be equal, not close."""
 import json
 import os
 import signal
+import time
 from dataclasses import replace
 
 import pytest
@@ -124,6 +125,32 @@ def test_twice_interrupted_records_both_resumes(tiny_cfg, tmp_path, handlers):
         runner.run(replace(cfg, resume=True), tmp_path / "b", tracker=SignalAt(step=70))
     resumed = runner.run(replace(cfg, resume=True), tmp_path / "b", tracker=NullTracker())
     assert metrics(resumed) == metrics(unbroken) and resumed["resumed_at_step"] == [20, 72]
+
+
+class SlowStart(SignalAt):
+    """SignalAt whose training first waits `wait` seconds (in its start: inside the training's wall time)."""
+
+    def __init__(self, wait: float, **kw):
+        super().__init__(**kw)
+        self.wait = wait
+
+    def start(self, total_steps, first_step=0):
+        time.sleep(self.wait)
+
+
+def test_a_resumed_runs_wall_time_counts_its_earlier_process(tiny_cfg, tmp_path, handlers):
+    """Reference: wall_s is the whole run's wall time (docs/design.md), and a resumed run is one run. Its
+    first process waits 4 s before it is stopped (at the step after 40); the resumed run's wall_s must hold those
+    4 s (its own process alone takes well under that on the tiny data), and cover its training and
+    evaluation seconds, which count both processes."""
+    cfg = _configs(tiny_cfg)[0][1]
+    with pytest.raises(interrupts.Interrupted):
+        runner.run(cfg, tmp_path / "b", tracker=SlowStart(4.0, step=40))
+    first = json.loads((tmp_path / "b" / "results.json").read_text())["wall_s"]
+    resumed = runner.run(replace(cfg, resume=True), tmp_path / "b", tracker=NullTracker())
+    assert len(resumed["resumed_at_step"]) == 1
+    assert 4.0 <= resumed["wall_s"] and first <= resumed["wall_s"]
+    assert resumed["wall_s"] >= resumed["train_s"] + resumed["eval_s"]
 
 
 def test_a_signal_outside_the_loop_or_a_second_one_raises_at_once(handlers):

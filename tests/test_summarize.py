@@ -438,3 +438,15 @@ def test_costs_count_each_seed_group_of_a_pack(tmp_path, split, computations):
     (study,) = costs(find_runs(tmp_path)).values()
     assert study["runs"] == 4 and study["computations"] == computations
     assert study["wall_s"] == 40.0 and study["train_s"] == 20.0 and study["other_s"] == 10.0
+
+
+def test_costs_floor_a_resumed_runs_wall_at_its_training_and_evaluation(tmp_path):
+    """A run resumed before wall_s counted its earlier processes records its last one's wall only (here 10 s
+    against 30 s of training and 5 of evaluation): its computation counts at least 35 s, so `other` is
+    not negative. A run whose wall covers them keeps its own."""
+    from normbench.runs import costs, find_runs
+
+    write_run(tmp_path, "resumed", seed=0, test_acc=0.8, wall_s=10.0, train_s=30.0, eval_s=5.0, resumed_at_step=[7])
+    write_run(tmp_path, "whole", seed=1, test_acc=0.8, wall_s=50.0, train_s=30.0, eval_s=5.0)
+    (study,) = costs(find_runs(tmp_path)).values()
+    assert study["wall_s"] == 85.0 and study["train_s"] == 60.0 and study["other_s"] == 15.0
