@@ -35,8 +35,8 @@ TABLES_BEGIN, TABLES_END = "<!-- tables:begin -->", "<!-- tables:end -->"
 # The studies' own summaries (docs/results/<study>/summary.md, from `summarize <study> --select lr`), in the
 # README's order; a study not listed comes after them.
 ORDER = ["ghost_batch", "headline_seeds", "small_batch", "values_per_channel", "values_per_channel_ghost",
-         "converged", "converged_small_batches", "converged_5_seeds", "variable_length", "small_batch_transformer",
-         "variable_length_transformer", "lr_sensitivity"]
+         "converged", "converged_small_batches", "converged_5_seeds", "converged_5_seeds_b2", "variable_length",
+         "small_batch_transformer", "variable_length_transformer", "lr_sensitivity"]
 KEPT = "test accuracy (running statistics)"  # the tables the README shows; summary.md has the others
 
 
