@@ -339,7 +339,7 @@ def train(model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list, 
                     if interrupts.pending() is not None:  # a signal: the run stops at this step, checkpointed
                         _stop(window, clock, outs, trackers, state, lrs, None if checkpoint is None else
                               lambda: save_checkpoint(checkpoint, model, opt, at_start, state, outs,
-                                                                      time.perf_counter() - leg_started))
+                                                      time.perf_counter() - leg_started))
             if window.items and _live(outs):  # the epoch's last, partial window
                 _log(window, clock, outs, trackers, state.steps, lrs)
             clock.lap(_live(outs), 0)  # the tail after the last log: time only
@@ -470,7 +470,8 @@ def save_checkpoint(path: Path, model, opt, shuffles: list[torch.Tensor], state:
     """The full training state, atomically: model, optimizer, torch's RNGs, each member's batch generator
     as it was at the start of the epoch in progress (`shuffles`: their states; at an epoch's end, the next
     one's start), where the loop is (`state.epoch_steps` batches into that epoch) and what each member has
-    done, its wall time counting this process's `leg_s` seconds. No scheduler state: the learning rate is a function of the step."""
+    done, its wall time counting this process's `leg_s` seconds. No scheduler state: the learning rate is
+    a function of the step."""
     from normbench.results import atomic_write_bytes
 
     blob = {
@@ -478,7 +479,8 @@ def save_checkpoint(path: Path, model, opt, shuffles: list[torch.Tensor], state:
         "rng": {"torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
                 "shuffles": list(shuffles)},
-        "loop": dict(state.__dict__), "members": [{**o.__dict__, "earlier_wall_s": o.earlier_wall_s + leg_s} for o in outs],
+        "loop": dict(state.__dict__),
+        "members": [{**o.__dict__, "earlier_wall_s": o.earlier_wall_s + leg_s} for o in outs],
     }
     atomic_write_bytes(path, lambda f: torch.save(blob, f))
 

@@ -5,9 +5,10 @@ claims, figures) after outputs/ is gone, or joined with runs of a later sitting:
 
 For each run under SRC that summarize counts as completed (a results.json with status "completed" and a
 test_acc): that results.json, the command lines Hydra recorded (.hydra/overrides.yaml of its job,
-multirun.yaml of its sweep) and, for a pack's member, the pack's pack.json (without it summarize would read
-the pack's folder as a run that never finished), copied to the same relative paths under DEST. Checkpoints, TensorBoard events and unfinished runs stay behind (an unfinished run is trained
-again, or resumed, where its checkpoint still is)."""
+multirun.yaml of its sweep) and, for a pack's member, the pack's pack.json (its members and how they
+trained: packed or one after another), copied to the same relative paths under DEST. Checkpoints,
+TensorBoard events and unfinished runs stay behind (an unfinished run is trained again, or resumed, where
+its checkpoint still is)."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ def test_keeps_finished_runs_and_their_commands_only(tmp_path):
     assert got == ["bn,bs=2,job0/.hydra/overrides.yaml", "bn,bs=2,job0/lr=0.1,seed=0/results.json",
                    "bn,bs=2,job0/pack.json", "multirun.yaml"]
     # what summarize finds there: the finished member, with its pack's command line, and no unfinished "run"
-    # where the pack's folder is (as there would be without pack.json beside its .hydra/)
+    # where the pack's folder is
     [run] = find_runs(dest)
     assert (run.path.name, run.status, run.overrides) == ("lr=0.1,seed=0", "completed", ["norm=bn"])
     assert "kept 1 finished runs" in out
