@@ -247,6 +247,7 @@ class Config:
     seed: int = 0  # everything random derives from it
     device: str = runtime("auto")  # auto (cuda > mps > cpu) | cpu | cuda | mps
     threads: Optional[int] = runtime(None)  # torch CPU threads for this run (null = torch's default)
+    flush_denormal: bool = runtime(True)  # CPU: subnormal floats as zero (some CPUs run them 10x slower); false: IEEE
     amp: bool = False  # bf16 autocast in the training step (CUDA; works on CPU, rarely faster there)
     compile: bool = runtime(False)  # torch.compile the model (compiles for seconds to minutes; pays off on long runs)
     cudnn_benchmark: bool = runtime(True)  # CUDA only: let cuDNN time its conv algorithms once and keep the fastest
@@ -256,7 +257,7 @@ class Config:
     tensorboard: bool = runtime(True)  # write TensorBoard event files into the run directory
     resume: bool = runtime(False)  # continue from checkpoint.pt in the run directory (set hydra.run.dir to it)
     debug: bool = runtime(False)  # show full tracebacks for user errors (or set NORMBENCH_DEBUG=1)
-    # The hypotheses an experiment declares before it runs (normbench/claims.py); recorded with every run,
+    # The hypotheses an experiment declares before it runs (normbench/summary/claims.py); recorded with every run,
     # tested by `normbench summarize`. They describe the runs, they do not change them.
     claims: List[Any] = field(default_factory=list, metadata={"runtime": True})
 

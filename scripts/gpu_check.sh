@@ -17,9 +17,9 @@
 #      (the target: S=16 at batch 2 >= 10x the separate runs' throughput);
 #   5. the small-batch study's wall time: one seed, batch sizes 8..128, 1 epoch, unless FULL=1;
 # then one table ($OUT/gpu_check.md): the packed steps, the time to accuracy, the study's wall time, and
-# the packing limits the bench measured ($OUT/cuda_limits.json: copy it to normbench/pack/cuda_limits.json
-# and `pack.mode=auto` on CUDA packs where packing measured faster, pack/plan.py). Without a GPU it says
-# so and exits 0.
+# the packing limits the bench measured ($OUT/limits.json: normbench/pack/limits.json with its "cuda" entry
+# filled in; copy it over that file and `pack.mode=auto` on CUDA packs where packing measured faster,
+# pack/plan.py). Without a GPU it says so and exits 0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -84,7 +84,7 @@ for f in sorted(out.glob("tta_*.json")):
 EOF
 $PY - "$OUT" <<'EOF'
 import json, pathlib, sys
-from normbench.bench.packed import derive_limits
+from normbench.bench.packed import derive_limits, with_limits
 out = pathlib.Path(sys.argv[1])
 lines = ["# gpu_check", "", "| what | figure |", "|---|---|"]
 bench = out / "bench_packed" / "bench.json"
@@ -95,8 +95,8 @@ if bench.exists():
             lines.append(f"| {r['model']}+{r['norm']} batch 2, S={r['members']}: packed vs separate | "
                          f"{r['speedup']['median']:.2f}x ({r['packed_ms']:.2f} vs {r['separate_ms']:.2f} ms) |")
     limits = derive_limits(rows)
-    (out / "cuda_limits.json").write_text(json.dumps(limits, indent=2) + "\n")
-    lines.append(f"| packing limits (cuda_limits.json) | {limits} |")
+    (out / "limits.json").write_text(with_limits("cuda", limits))  # copy over normbench/pack/limits.json
+    lines.append(f"| packing limits (limits.json, \"cuda\") | {limits} |")
 for f in sorted(out.glob("tta_*.json")):
     found = [json.loads(l) for l in f.read_text().splitlines() if l.startswith("{")]
     if found and found[-1]["at"]:

@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 from normbench.results import PACK, RESULTS
-from normbench.runs import find_runs
+from normbench.summary.discover import find_runs
 
 
 def kept(src: Path) -> list[Path]:
-    """The files to keep, relative to `src`: those of the runs summarize counts as completed (normbench.runs,
+    """The files to keep, relative to `src`: those of the runs summarize counts as completed (normbench.summary.discover,
     the discovery summarize itself uses, so the two cannot disagree on which runs are finished)."""
     out: set[Path] = set()
     for run in find_runs(src):

@@ -26,7 +26,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
-from normbench import claims, report  # noqa: E402
+from normbench.summary import claims  # noqa: E402
+from normbench.summary.show import report
+
 EXPERIMENTS = REPO / "normbench" / "configs" / "experiment"
 RESULTS = REPO / "docs" / "results"
 README = REPO / "README.md"
@@ -150,7 +152,10 @@ def record(out: Path) -> None:
         raise SystemExit(f"readme_claims.py: no {src / 'summary.json'}; run scripts/reproduce.sh first")
     RESULTS.mkdir(parents=True, exist_ok=True)
     for name in ("summary.json", "claims.csv", "summary.md"):
-        shutil.copy(src / name, RESULTS / name)
+        if (src / name).exists():  # claims.csv only where claims were tested
+            shutil.copy(src / name, RESULTS / name)
+        else:
+            (RESULTS / name).unlink(missing_ok=True)
     timing = (out / "timing.txt").read_text().splitlines()
     totals = [line for line in timing if line.startswith("total")]  # one per invocation (PARTS=...)
     if not totals:

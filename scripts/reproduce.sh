@@ -133,8 +133,8 @@ study values_per_channel_ghost "${GHOST[@]}" model=cnn "model.channels=[16,32]" 
   norm.ghost_batch="$GHOSTS"
 # The variable-length study, each question at its design (configs/varlen_design/).
 VARLEN=(experiment=variable_length epochs="$RNN_EPOCHS" data.subset="$RNN_SUBSET" "pack.lrs=[$RNN_LRS]")
-study variable_length/length "${VARLEN[@]}" varlen_design=length rnn_norm="$RNN_NORMS"
-study variable_length/padding "${VARLEN[@]}" varlen_design=padding rnn_norm="$PAD_NORMS"
+study variable_length/length "${VARLEN[@]}" varlen_design=length seq_norm="$RNN_NORMS"
+study variable_length/padding "${VARLEN[@]}" varlen_design=padding seq_norm="$PAD_NORMS"
 
 # The MLP at convergence (experiment=converged: the full training split, 10 epochs), unless CONVERGED=0.
 if [ "$CONVERGED" != 0 ]; then
@@ -159,8 +159,8 @@ study small_batch_transformer experiment=small_batch_transformer norm=bn,pn,ln,r
 # the length question for LN (6 test lengths and their background variants); one lr (Adam 1e-3).
 TVARLEN=(experiment=variable_length_transformer epochs="$T_VARLEN_EPOCHS" data.subset="$T_VARLEN_SUBSET" pack.lrs=null
          lr=1e-3)
-study variable_length_transformer/padding "${TVARLEN[@]}" varlen_design=padding rnn_norm=bn_naive,bn_masked,pn,ln
-study variable_length_transformer/length "${TVARLEN[@]}" varlen_design=length rnn_norm=ln
+study variable_length_transformer/padding "${TVARLEN[@]}" varlen_design=padding seq_norm=bn_naive,bn_masked,pn,ln
+study variable_length_transformer/length "${TVARLEN[@]}" varlen_design=length seq_norm=ln
 fi  # part transformer
 
 summarized=()

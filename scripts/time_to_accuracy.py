@@ -24,9 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from normbench import data, models, norms  # noqa: E402
 from normbench.config import Config, DataConfig, ModelConfig, NormConfig, to_dict  # noqa: E402
 from normbench.data import batches  # noqa: E402
-from normbench.engine import evaluate, fit, pick_device  # noqa: E402
 from normbench.results import versions  # noqa: E402
-from normbench.tracking import NullTracker  # noqa: E402
+from normbench.train.device import pick_device  # noqa: E402
+from normbench.train.evaluate import evaluate  # noqa: E402
+from normbench.train.loop import fit  # noqa: E402
+from normbench.train.tracking import NullTracker  # noqa: E402
 
 
 class Reached(Exception):
@@ -43,7 +45,7 @@ class TestEveryEpoch(NullTracker):
     def epoch(self, epoch: int, metrics: dict) -> None:
         wall = time.perf_counter() - self.started - self.excluded
         t = time.perf_counter()
-        _, test_acc = evaluate(self.model, batches(self.splits.test_x, self.splits.test_y, self.cfg.eval_batch_size))
+        test_acc = evaluate(self.model, batches(self.splits.test_x, self.splits.test_y, self.cfg.eval_batch_size)).acc
         self.excluded += time.perf_counter() - t
         train_s = metrics["step"] * self.cfg.batch_size / metrics["train_samples_per_s"]
         self.epochs.append({"epoch": epoch, "train_s": train_s, "wall_s": wall, "val_acc": metrics["acc/val"],

@@ -1,16 +1,16 @@
 """Batched augmentation (normbench/data/augment.py): random crop of the zero-padded image and horizontal
 flip, on whole batches, applied to the training batches only."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
-from dataclasses import replace
-
-from normbench import runner
 from normbench.config import DataConfig, ModelConfig, VarLenConfig
 from normbench.data import batches
 from normbench.data.augment import augmented, random_crop_flip, validate
 from normbench.errors import UserError
+from normbench.train import runner
 
 
 def _images(n=64, c=3, h=8, w=10):

@@ -5,9 +5,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from normbench import cells, models, norms
+from normbench import models, norms
 from normbench.config import ModelConfig
 from normbench.errors import UserError
+from normbench.models import cells
 
 EPS = 1e-5
 

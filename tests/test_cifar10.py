@@ -20,17 +20,17 @@ from unittest import mock
 import numpy as np
 import pytest
 import torch
+from conftest import CHILD_ENV, normbench_cli
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from conftest import CHILD_ENV, normbench_cli
 from normbench import data, models, norms
 from normbench.cli import store_configs
 from normbench.config import Config, DataConfig, ModelConfig, NormConfig
 from normbench.data import cifar10
 from normbench.errors import UserError
-from normbench.runner import run
-from normbench.tracking import NullTracker
+from normbench.train.runner import run
+from normbench.train.tracking import NullTracker
 
 PER_BATCH, N_TEST = 40, 60  # 200 training images over data_batch_1..5, 60 test images
 LABEL_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]

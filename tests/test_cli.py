@@ -5,10 +5,10 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import normbench_cli
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from conftest import normbench_cli
 from normbench import data, models, norms
 from normbench.cli import store_configs
 from normbench.config import Config, schema
@@ -86,8 +86,9 @@ def test_train_end_to_end(tiny_root, tmp_path):
         hits = (net.eval()(splits.test_x).argmax(1) == splits.test_y).float().mean().item()
     assert res["test_acc"] == pytest.approx(hits, abs=1e-9) and res["test_acc"] > 0.3
     assert res["config"]["batch_size"] == 16 and res["config"]["norm"]["name"] == "bn"
-    # The command ends without the interpreter's teardown (cli.entry): the event file was still closed
-    # whole, its last record (the final test accuracy) readable by TensorBoard's own reader.
+    # The command ends with most objects frozen out of the final garbage collections (cli.entry's gc.freeze):
+    # the event file was still closed whole, its last record (the final test accuracy) readable by
+    # TensorBoard's own reader.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     assert list(run_dir.glob("events.out.tfevents.*")), "no TensorBoard event file"

@@ -9,15 +9,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import CHILD_ENV, write_tiny_fashion_mnist
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from conftest import CHILD_ENV, write_tiny_fashion_mnist
 import normbench
-from normbench import cli, guards, models, norms, runner
+from normbench import cli, models, norms
 from normbench.config import MODEL_DEFAULTS, Config, DataConfig, ModelConfig, data_root, runtime_keys, to_dict
 from normbench.errors import UserError
-from normbench.tracking import NullTracker
+from normbench.train import guards, runner
+from normbench.train.tracking import NullTracker
 
 
 def _compose(overrides):

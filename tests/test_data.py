@@ -4,8 +4,8 @@
 import numpy as np
 import pytest
 import torch
-
 from conftest import requires_real_data, tiny_images, write_idx, write_tiny_fashion_mnist
+
 from normbench import data
 from normbench.config import DataConfig
 from normbench.data import fashion_mnist
@@ -118,8 +118,8 @@ def test_per_seed_runs_at_one_seed_share_their_split_across_norms(tiny_cfg, tmp_
     at one seed with another norm, batch size and lr see the same split (they pair); another seed its own."""
     from dataclasses import replace
 
-    from normbench import runner
     from normbench.config import NormConfig
+    from normbench.train import runner
 
     seen = []
     real = data.load

@@ -6,15 +6,15 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import requires_real_data
 from torch import nn
 
-from conftest import requires_real_data
 from normbench import models, norms
 from normbench.config import Config, ModelConfig, NormConfig
 from normbench.data import Splits
-from normbench.engine import fit
-from normbench.optim import make_optimizer, make_schedule
-from normbench.tracking import NullTracker
+from normbench.train.loop import fit
+from normbench.train.optim import make_optimizer, make_schedule
+from normbench.train.tracking import NullTracker
 
 CPU = torch.device("cpu")
 
@@ -134,15 +134,15 @@ def test_throughput_never_counts_steps_from_before_an_evaluation(monkeypatch):
     """Reference: a floor on each step's time (a 20 ms sleep) bounds any honest window's throughput by
     batch / 20 ms; a slow validation (0.5 s) between epochs must not be subtracted from a window that
     also holds steps from before it (the bug: those steps' time was lost, ~2x too high here)."""
-    import normbench.engine as engine
+    import normbench.train.loop as loop
 
-    real = engine.evaluate
+    real = loop.evaluate
 
     def slow_evaluate(*a, **kw):
         time.sleep(0.5)
         return real(*a, **kw)
 
-    monkeypatch.setattr(engine, "evaluate", slow_evaluate)
+    monkeypatch.setattr(loop, "evaluate", slow_evaluate)
     cfg = tiny_cfg(epochs=3, log_every=8)  # 12 steps per epoch: windows of 8 would straddle epochs
     rec = Recorder()
     fit(SlowStep(build(cfg), 0.02), tiny_splits(), cfg, rec, CPU)
@@ -319,7 +319,7 @@ def test_event_file_reads_back(tmp_path):
     """Reference: TensorBoard's own reader (EventAccumulator) sees every scalar at its step, and the text."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from normbench.tracking import TensorBoardTracker
+    from normbench.train.tracking import TensorBoardTracker
 
     tb = TensorBoardTracker(tmp_path, {"model": {"name": "mlp"}, "batch_size": 2})
     tb.start(10)

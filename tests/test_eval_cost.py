@@ -9,7 +9,7 @@ import torch
 
 from normbench import data, models, norms
 from normbench.config import ModelConfig, VarLenConfig
-from normbench.studies import small_batch, variable_length
+from normbench.studies import default, variable_length
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def float64():
 
 def _full_suite(monkeypatch):
     """The suite with no pass derived: every number from a pass of its own (today's reference)."""
-    monkeypatch.setattr(small_batch, "batch_free", lambda model: False)
+    monkeypatch.setattr(default, "batch_free", lambda model: False)
     monkeypatch.setattr(variable_length, "per_token", lambda model, names: False)
 
 
@@ -37,11 +37,11 @@ def test_small_batch_suite_unchanged(tiny_cfg, float64, monkeypatch, norm, deriv
     splits = data.load(tiny_cfg.data, torch.device("cpu"))
     torch.manual_seed(0)
     net = models.create(tiny_cfg.model, norms.factory(norm), splits.shape, 10).eval()
-    cheap = small_batch.evaluations(net, splits, replace(tiny_cfg, batch_size=7))
+    cheap = default.evaluations(net, splits, replace(tiny_cfg, batch_size=7))
     assert ("eval_derived" in cheap) == derived
     with monkeypatch.context() as m:
         _full_suite(m)
-        full = small_batch.evaluations(net, splits, replace(tiny_cfg, batch_size=7))
+        full = default.evaluations(net, splits, replace(tiny_cfg, batch_size=7))
     assert _numbers(cheap) == _numbers(full)
 
 
@@ -75,16 +75,16 @@ def test_variable_length_suite_unchanged(tiny_cfg, float64, monkeypatch, norm, p
 def test_joined_precise_bn_is_precise_bn_at_the_training_batch(tiny_cfg, float64, monkeypatch, samples, case):
     """Reference: PreciseBN at the training batch size, as its definition reads: batches of 7 drawn by the
     run's seed, the last partial one dropped, whole batches until `samples` were seen. The suite's pass
-    joins them (groups of 7 normalized on their own in batches of 245, `small_batch.recompute`): the same
+    joins them (groups of 7 normalized on their own in batches of 245, `default.recompute`): the same
     samples seen, and every buffer equal to 1e-12, for a plain model, a pack, and recurrent BN's per-step
     statistics on images stretched to 14 rows."""
     import copy
 
-    from normbench import precise_bn
     from normbench.data import varlen
     from normbench.pack.model import PackedModel
+    from normbench.studies import precise_bn
 
-    monkeypatch.setattr(small_batch, "PRECISE_SAMPLES", samples)
+    monkeypatch.setattr(default, "PRECISE_SAMPLES", samples)
     cfg, batch_fn, steps = replace(tiny_cfg, batch_size=7), data.batches, None
     if case == "rnn stretched":
         cfg = replace(cfg, model=ModelConfig(name="rnn", hidden=12, placement="recurrent"))
@@ -94,10 +94,10 @@ def test_joined_precise_bn_is_precise_bn_at_the_training_batch(tiny_cfg, float64
     nets = [models.create(cfg.model, norms.factory("bn"), splits.shape, 10) for _ in range(2)]
     model = PackedModel(nets, seeds=[0, 1], packs=lambda b: True) if case == "mlp pack" else nets[0]
     joined, by_hand = copy.deepcopy(model), copy.deepcopy(model)
-    done = small_batch.recompute(joined, splits, cfg, batch_fn, steps=steps)
-    ref = precise_bn.recompute_statistics(by_hand, small_batch.precise_batches(by_hand, splits, cfg, batch_fn),
+    done = default.recompute(joined, splits, cfg, batch_fn, steps=steps)
+    ref = precise_bn.recompute_statistics(by_hand, default.precise_batches(by_hand, splits, cfg, batch_fn),
                                           samples, steps=steps)
     assert done.samples == ref.samples == min(-(-samples // 7), len(splits.train_x) // 7) * 7
-    assert small_batch._large(cfg) == 245 and done.layers == ref.layers > 0
+    assert default._large(cfg) == 245 and done.layers == ref.layers > 0
     for (name, a), (_, b) in zip(joined.named_buffers(), by_hand.named_buffers(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12, msg=name)

@@ -151,7 +151,9 @@ def test_closed_form_equals_sequential_updates():
 
 def test_ghost_batch_errors_are_one_line():
     """Reference: the issue's contract: a batch-independent norm refuses ghost_batch at build time; at forward
-    time a K that does not divide the batch is named with the batch; null is the whole batch."""
+    time a K that does not divide the batch is named with the batch; null is the whole batch, so ln with
+    ghost_batch=null is torch's own nn.LayerNorm, compared by class and against torch.nn.functional.layer_norm's
+    output on the same rows."""
     with pytest.raises(UserError, match="ln is batch-independent.*bn, sn, brn"):
         norms.create("ln", 8, "flat", ghost_batch=2)
     with pytest.raises(UserError, match="ghost_batch must be a number of samples >= 1"):
@@ -160,6 +162,9 @@ def test_ghost_batch_errors_are_one_line():
         norms.create("bn", 8, "flat", ghost_batch=3)(torch.randn(8, 8))
     with pytest.raises(UserError, match="ghost_batch=1 .* 1 value per channel"):
         norms.create("bn", 8, "flat", ghost_batch=1)(torch.randn(8, 8))
-    assert norms.create("ln", 8, "flat", ghost_batch=None) is not None
+    ln = norms.create("ln", 8, "flat", ghost_batch=None).double()
+    assert type(ln) is nn.LayerNorm
+    x = torch.randn(8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(ln(x), nn.functional.layer_norm(x, (8,)), **TIGHT)
     bn = norms.create("bn", 8, "flat", ghost_batch=3).eval()  # eval: running statistics, any batch
     assert bn(torch.randn(8, 8)).shape == (8, 8)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from test_summarize import _summarize, sleep_sweep, small_batch_sweep
 
-from normbench.summarize import summarize
+from normbench.summary.summarize import summarize
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",

@@ -1,5 +1,5 @@
 """A signal stops a run at its next step boundary, with a checkpoint there, and `resume=true` continues it
-to exactly what the unbroken run gives (normbench/interrupts.py, engine.train; docs/reliability.md).
+to exactly what the unbroken run gives (normbench/train/interrupts.py, loop.train; docs/reliability.md).
 
 The reference everywhere is the same config trained without interruption, on the CPU: every metric, the
 float64 test loss included, must be equal, not close."""
@@ -12,11 +12,11 @@ from dataclasses import replace
 
 import pytest
 import torch
-
-from normbench import guards, interrupts, runner
-from normbench.config import ModelConfig, PackConfig, VarLenConfig
-from normbench.tracking import NullTracker
 from test_resume import metrics
+
+from normbench.config import ModelConfig, PackConfig, VarLenConfig
+from normbench.train import guards, interrupts, runner
+from normbench.train.tracking import NullTracker
 
 
 class SignalAt(NullTracker):
@@ -69,8 +69,8 @@ def test_signal_mid_epoch_checkpoints_that_step_and_resumes_identically(which, t
     packed = bool(cfg.pack.seeds)
     unbroken = runner.run(cfg, tmp_path / "a", tracker=None if packed else NullTracker())
     if packed:  # a pack makes its members' trackers itself: its first member's sends the signal
-        train = runner.engine.train
-        monkeypatch.setattr(runner.engine, "train", lambda model, splits, cfgs, trackers, *a, **k: train(
+        train = runner.loop.train
+        monkeypatch.setattr(runner.loop, "train", lambda model, splits, cfgs, trackers, *a, **k: train(
             model, splits, cfgs, [SignalAt(step=45), *trackers[1:]], *a, **k))
     with pytest.raises(interrupts.Interrupted) as stopped:
         runner.run(cfg, tmp_path / "b", tracker=None if packed else SignalAt(step=45))

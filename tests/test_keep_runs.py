@@ -1,6 +1,6 @@
 """scripts/keep_runs.py against its contract (its docstring): a finished run's results.json and the command
 lines Hydra recorded for it are kept at their relative paths; checkpoints, events and runs that summarize
-does not count as completed (normbench.runs decides, for both) are not."""
+does not count as completed (normbench.summary.discover decides, for both) are not."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from normbench.runs import find_runs
+from normbench.summary.discover import find_runs
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Learning-rate sensitivity (normbench/lr_sensitivity.py): per seed, the mean over the grid of the best
+"""Learning-rate sensitivity (normbench/summary/lr_sensitivity.py): per seed, the mean over the grid of the best
 accuracy minus the accuracy at each lr (Wortsman et al. 2023, on accuracy), against a hand computation;
 its claims (metric: lr_sensitivity) under --select lr, and summarize's table, JSON and figure."""
 
@@ -9,9 +9,9 @@ import pytest
 from rich.console import Console
 from test_summarize import write_run
 
-from normbench import claims, lr_sensitivity
-from normbench.runs import find_runs
-from normbench.summarize import compute, summarize
+from normbench.summary import claims, lr_sensitivity
+from normbench.summary.discover import find_runs
+from normbench.summary.summarize import compute, summarize
 
 LRS = [1e-3, 1e-2, 1e-1]
 # (placement, seed) -> accuracy per lr; None: the run diverged

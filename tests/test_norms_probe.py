@@ -6,10 +6,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from normbench import models, norms, probe
+from normbench import models, norms
 from normbench.config import ModelConfig, NormConfig
 from normbench.errors import UserError
-from normbench.runner import run
+from normbench.train import probe
+from normbench.train.runner import run
 
 
 class Writer:
@@ -113,7 +114,7 @@ def test_track_stats_writes_tensorboard_scalars(tiny_cfg, tmp_path):
 
 def test_probe_refuses_a_tracker_that_keeps_nothing():
     """Reference: tracking.NullTracker records no scalars: attaching to it is the one-line user error."""
-    from normbench.tracking import NullTracker, Trackers
+    from normbench.train.tracking import NullTracker, Trackers
 
     net = models.create(ModelConfig(name="mlp", hidden=8), norms.factory("bn"), (1, 4, 4), 10)
     with pytest.raises(UserError, match="set tensorboard=true"):

@@ -8,8 +8,8 @@ import pytest
 from normbench import models, norms
 from normbench.config import ModelConfig, NormConfig
 from normbench.errors import UserError
-from normbench.runner import run
-from normbench.tracking import NullTracker
+from normbench.train.runner import run
+from normbench.train.tracking import NullTracker
 
 LAYOUT = {"mlp": "flat", "cnn": "image", "rnn": "seq", "transformer": "seq"}
 SMALL = {"mlp": ModelConfig(name="mlp", hidden=32), "cnn": ModelConfig(name="cnn", channels=[8, 16], hidden=32),

@@ -1,4 +1,4 @@
-"""One training path for plain runs and packs (engine.train, runner.run): the defects the two copies had,
+"""One training path for plain runs and packs (loop.train, runner.run): the defects the two copies had,
 each against its reference (an unbroken run, the same run alone, or a loop written out by hand)."""
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from normbench import data, engine, models, norms, runner
+from normbench import data, models, norms
 from normbench.config import Config, DataConfig, ModelConfig, NormConfig, PackConfig
 from normbench.errors import UserError
-from normbench.studies import small_batch
-from normbench.tracking import NullTracker
+from normbench.studies import default
+from normbench.train import loop, runner
+from normbench.train.tracking import NullTracker
 
 
 def cfg_for(tiny_root, **kw) -> Config:
@@ -57,19 +58,19 @@ def test_a_pack_stopped_in_its_test_suite_is_unfinished_and_resumes_into_its_eva
     runner.run(cfg, tmp_path / "a")
     unbroken = [read(tmp_path / "a" / f"seed={s}") for s in (0, 1)]
 
-    real = small_batch.evaluations
+    real = default.evaluations
 
     def stopped(*args, **kwargs):
         raise KeyboardInterrupt  # Ctrl-C while the study's suite runs
 
-    monkeypatch.setattr(small_batch, "evaluations", stopped)
+    monkeypatch.setattr(default, "evaluations", stopped)
     with pytest.raises(KeyboardInterrupt):
         runner.run(cfg, tmp_path / "b")
     left = [read(tmp_path / "b" / f"seed={s}") for s in (0, 1)]
     for res in left:
         assert res["status"] == "failed" and "interrupted" in res["error"], res
         assert res["steps"] == 30  # what training did is kept
-    monkeypatch.setattr(small_batch, "evaluations", real)
+    monkeypatch.setattr(default, "evaluations", real)
 
     resumed = runner.run(replace(cfg, resume=True), tmp_path / "b")
     assert resumed["status"] == "completed"
@@ -84,13 +85,13 @@ def test_a_single_run_stopped_in_its_test_suite_resumes_into_its_evaluations(tin
     """Reference: the unbroken run. The same rule as for a pack's members, for a plain run."""
     cfg = cfg_for(tiny_root, max_steps=20)
     unbroken = runner.run(cfg, tmp_path / "a", tracker=NullTracker())
-    real = small_batch.evaluations
-    monkeypatch.setattr(small_batch, "evaluations", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    real = default.evaluations
+    monkeypatch.setattr(default, "evaluations", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         runner.run(cfg, tmp_path / "b", tracker=NullTracker())
     before = read(tmp_path / "b")
     assert before["status"] == "failed" and before["steps"] == 20
-    monkeypatch.setattr(small_batch, "evaluations", real)
+    monkeypatch.setattr(default, "evaluations", real)
     resumed = runner.run(replace(cfg, resume=True), tmp_path / "b", tracker=NullTracker())
     assert same_numbers(resumed) == same_numbers(unbroken)
     assert resumed["train_samples_per_s"] == before["train_samples_per_s"]
@@ -185,7 +186,7 @@ def test_one_member_training_matches_a_hand_written_loop_bit_for_bit(model, norm
 
     mine, theirs = build(), build()
     tracker = Losses()
-    out = engine.fit(mine, splits, cfg, tracker, torch.device("cpu"))
+    out = loop.fit(mine, splits, cfg, tracker, torch.device("cpu"))
     want = hand_written(cfg, splits, theirs)
     assert out.status == "completed" and out.steps == len(want) == 2 * (len(splits.train_x) // 16)
     assert tracker.losses == want  # every step's loss, exactly

@@ -11,15 +11,17 @@ from dataclasses import replace
 
 import pytest
 import torch
-
 from conftest import normbench_cli
-from normbench import data, norms, runner, studies
+
+from normbench import data, norms, studies
 from normbench.config import Config, DataConfig, ModelConfig, NormConfig, PackConfig, VarLenConfig
-from normbench.engine import fit, train
 from normbench.errors import UserError
+from normbench.pack.layers import PerMember
 from normbench.pack.model import PackedModel
 from normbench.pack.plan import members as pack_members
-from normbench.tracking import NullTracker
+from normbench.train import runner
+from normbench.train.loop import fit, train
+from normbench.train.tracking import NullTracker
 
 STEPS, TOL = 50, 1e-8
 SMALL = {"mlp": {"hidden": 24}, "cnn": {"channels": [8, 8], "hidden": 16}, "rnn": {"hidden": 16},
@@ -55,7 +57,7 @@ def separate(cfg: Config, splits):
 
 
 def packed(cfg: Config, splits):
-    """The same members as one pack, as runner.run trains them (engine.train over a PackedModel)."""
+    """The same members as one pack, as runner.run trains them (loop.train over a PackedModel)."""
     pack = pack_members(cfg)
     device, make = runner.setup(pack[0][1])
     results = [{} for _ in pack]
@@ -65,7 +67,7 @@ def packed(cfg: Config, splits):
     fitted = train(packed_model, splits, [replace(m, lr=r["lr_effective"]) for (_, m), r in zip(pack, results)],
                    trackers, device, batch_fn=studies.for_config(cfg).train_batches(cfg))
     # The last training batch's padded lengths must not outlive it (validation would run with them)
-    assert packed_model.net.steps is None
+    assert all(m.steps is None for m in packed_model.net.modules() if isinstance(m, PerMember))
     return [(t.losses, m, f) for t, m, f in zip(trackers, models, fitted)], [m for _, m in pack]
 
 
@@ -231,7 +233,7 @@ def test_packed_run_writes_each_member_as_a_run(tiny_root, tmp_path):
             assert list(d.glob("events.out.tfevents.*"))
     accs = {json.loads(p.read_text())["test_acc"] for p in tmp_path.glob("*/results.json")}
     assert len(accs) > 1  # four different runs, not one copied
-    from normbench.runs import find_runs
+    from normbench.summary.discover import find_runs
 
     (tmp_path / ".hydra").mkdir()  # as Hydra leaves the pack's directory: its command line
     (tmp_path / ".hydra" / "overrides.yaml").write_text("- experiment=small_batch\n")
@@ -320,8 +322,8 @@ def test_packed_results_json_equals_separate_runs(name, tiny_root, tmp_path):
 
 
 def test_where_packing_loses_the_members_run_one_after_another(tiny_root, tmp_path):
-    """Reference: the bench's crossover (pack.plan.PACK_LIMITS): a CNN at batch 64 is not packed under
-    pack.mode=auto, and its members are written exactly as a pack's are."""
+    """Reference: the bench's crossover (pack/limits.json's "cpu" table, pack.plan.pack_limits): a CNN at
+    batch 64 is not packed under pack.mode=auto, and its members are written exactly as a pack's are."""
     from normbench.pack.plan import packs_faster
 
     cfg = config(tiny_root, "cnn", "gn", pack=PackConfig(seeds=[0, 1]), batch_size=64)
@@ -338,11 +340,11 @@ def test_where_packing_loses_the_members_run_one_after_another(tiny_root, tmp_pa
 
 @pytest.mark.parametrize("model,norm", [("mlp", "bn"), ("cnn", "brn"), ("rnn", "ln")])
 def test_a_pack_scores_every_member_as_the_member_alone(model, norm, tiny_root):
-    """Reference: engine.evaluate on each member model. A pack evaluates all members in one pass through
+    """Reference: evaluate.evaluate on each member model. A pack evaluates all members in one pass through
     its packed forward, in eval mode and with batch statistics, at small and large batches; where its
     limit says so (large batches) it scores them member by member instead."""
-    from normbench.engine import evaluate
     from normbench.pack.model import unpack
+    from normbench.train.evaluate import evaluate
 
     cfg = config(tiny_root, model, norm, pack=PackConfig(seeds=[0, 1, 2]))
     with torch_dtype(torch.float64):
@@ -358,10 +360,10 @@ def test_a_pack_scores_every_member_as_the_member_alone(model, norm, tiny_root):
         packed_model = PackedModel(models)  # every batch through the packed forward
         for bs, batch_stats in ((4, False), (4, True), (200, False), (200, True)):
             got = evaluate(packed_model, data.batches(splits.test_x, splits.test_y, bs, drop_last=True), batch_stats)
-            unpack(packed_model, models)
+            unpack(packed_model)
             for k, m in enumerate(models):
                 want = evaluate(m, data.batches(splits.test_x, splits.test_y, bs, drop_last=True), batch_stats)
-                assert got[0][k] == pytest.approx(want[0], abs=TOL) and got[1][k] == want[1], (bs, batch_stats, k)
+                assert got.loss[k] == pytest.approx(want.loss, abs=TOL) and got.acc[k] == want.acc, (bs, batch_stats, k)
         # Past the pack's limit the members are scored one by one (the reference itself): the packed
         # forward must not run then, and must below it.
         limited = PackedModel(models, packs=lambda batch: batch < 100)
@@ -410,9 +412,11 @@ def test_a_per_seed_pack_trains_each_seeds_members_on_that_seeds_split_as_plain_
 
 def test_cuda_packing_limits_come_from_the_gpu_bench(tmp_path, monkeypatch):
     """Reference: bench.packed.derive_limits on hand-made bench rows (the largest batch at which every
-    S > 1 packed faster, and the largest batch x S that did), and pack/plan.py reading them for CUDA:
-    without a table every CUDA pack of 2+ members packs; with one, the measured limits decide."""
-    from normbench.bench.packed import derive_limits
+    S > 1 packed faster, and the largest batch x S that did), written by bench.packed.with_limits into the
+    limits file's "cuda" entry as scripts/gpu_check.sh does, and pack/plan.py reading them for CUDA:
+    without a table every CUDA pack of 2+ members packs; with one, the measured limits decide; the CPU's
+    table is carried over unchanged."""
+    from normbench.bench.packed import derive_limits, with_limits
     from normbench.pack import plan
 
     def row(batch, members, speedup):
@@ -421,21 +425,52 @@ def test_cuda_packing_limits_come_from_the_gpu_bench(tmp_path, monkeypatch):
     rows = [row(2, 5, 2.0), row(2, 16, 3.0), row(8, 5, 1.5), row(8, 16, 0.9), row(64, 5, 0.8)]
     assert derive_limits(rows) == {"cnn": [8, 40]}  # 8 x 16 = 128 lost; 8 x 5 = 40 won
     cfg = Config(model=ModelConfig(name="cnn"), batch_size=8, pack=PackConfig(seeds=list(range(16))))
-    monkeypatch.setattr(plan, "CUDA_LIMITS_FILE", tmp_path / "cuda_limits.json")
-    assert plan.packs_faster(cfg, "cuda")  # nothing measured: pack
-    (tmp_path / "cuda_limits.json").write_text(json.dumps(derive_limits(rows)))
+    cpu = plan.pack_limits("cpu")
+    limits = tmp_path / "limits.json"
+    limits.write_text(with_limits("cuda", None))  # as shipped before a GPU bench: "cuda": null
+    monkeypatch.setattr(plan, "LIMITS_FILE", limits)
+    assert plan.pack_limits("cuda") is None and plan.packs_faster(cfg, "cuda")  # nothing measured: pack
+    limits.write_text(with_limits("cuda", derive_limits(rows)))  # what gpu_check.sh leaves in $OUT
+    assert json.loads(limits.read_text()) == {"cpu": {k: list(v) for k, v in cpu.items()}, "cuda": {"cnn": [8, 40]}}
+    assert plan.pack_limits("cuda") == {"cnn": (8, 40)} and plan.pack_limits("cpu") == cpu
     assert not plan.packs_faster(cfg, "cuda")  # 8 x 16 = 128 > 40
     assert plan.packs_faster(replace(cfg, pack=PackConfig(seeds=[0, 1, 2, 3, 4])), "cuda")
+
+
+def test_packing_limits_ship_with_the_package():
+    """Reference: pyproject.toml's [tool.setuptools.package-data] (the patterns, globbed in the package
+    directory, that a regular `pip install .` copies besides the modules) and importlib.resources (how an
+    installed package finds its data): the one limits file is there, a package-data pattern matches it, it
+    is the file plan.pack_limits reads, and it holds docs/packing.md's CPU table (batch <= 64 for the MLP,
+    batch <= 8 and batch x S <= 40 for the CNN, batch <= 8 for the RNN) and nothing measured elsewhere yet."""
+    import ast
+    from importlib import resources
+    from pathlib import Path
+
+    from normbench.pack import plan
+
+    shipped = resources.files("normbench.pack") / "limits.json"
+    assert shipped.is_file() and Path(str(plan.LIMITS_FILE)) == Path(str(shipped))
+    package = Path(plan.__file__).resolve().parents[1]
+    text = (package.parent / "pyproject.toml").read_text()
+    section = text.split("[tool.setuptools.package-data]\n", 1)[1].split("\n[", 1)[0]
+    line = next(ln for ln in section.splitlines() if ln.startswith("normbench ="))
+    patterns = ast.literal_eval(line.split("=", 1)[1].strip())
+    matched = {p.relative_to(package).as_posix() for pattern in patterns for p in package.glob(pattern)}
+    assert "pack/limits.json" in matched, (patterns, "pack/limits.json")
+    assert set(json.loads(shipped.read_text())) >= {"cpu", "cuda"}
+    assert plan.pack_limits("cpu") == {"mlp": (64, None), "cnn": (8, 40), "rnn": (8, None)}
+    assert plan.pack_limits("mps") is None
 
 
 @pytest.mark.parametrize("batch", [2, 64])
 def test_one_member_recurrence_is_torchs_rnn(batch):
     """Reference: torch's nn.RNN (tanh, one layer, batch first). The pack's recurrence run for a single
-    member (`pack.rnn.one_member`, which `cells.TorchRNN` trains with on the CPU up to batch 64) gives
+    member (`models.recurrence.one_member`, which `cells.TorchRNN` trains with on the CPU up to batch 64) gives
     the same outputs and the same gradients of input and every parameter: to 1e-12 in float64, to 1e-4 in
     float32 (sums of 28 x 64 terms in another order)."""
-    from normbench.cells import TorchRNN
-    from normbench.pack.rnn import one_member
+    from normbench.models.cells import TorchRNN
+    from normbench.models.recurrence import one_member
 
     for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-4)):  # float32: summation order
         torch.manual_seed(0)
@@ -456,7 +491,7 @@ def test_one_member_recurrence_is_torchs_rnn(batch):
 def test_torch_rnn_takes_the_one_member_path_only_where_it_is_faster(monkeypatch):
     """Reference: the rule in cells.TorchRNN: training (autograd on) on the CPU at batch <= 64 goes through
     `one_member`; evaluation and larger batches through torch's kernel."""
-    import normbench.cells as cells
+    import normbench.models.cells as cells
 
     calls = []
     monkeypatch.setattr(cells, "one_member", lambda rnn, x: calls.append(len(x)) or torch.nn.RNN.forward(rnn, x)[0])
@@ -475,7 +510,7 @@ def test_one_member_path_trains_the_same_rnn_in_float64(monkeypatch):
     makes it do)."""
     import copy
 
-    import normbench.cells as cells
+    import normbench.models.cells as cells
     from normbench import models as model_registry
 
     torch.manual_seed(0)

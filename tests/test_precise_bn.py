@@ -6,7 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normbench import cells, norms, precise_bn
+from normbench import norms
+from normbench.models import cells
+from normbench.studies import precise_bn
 
 EPS = 1e-5
 TIGHT = {"rtol": 1e-10, "atol": 1e-10}

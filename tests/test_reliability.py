@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import CHILD_ENV, normbench_cli, write_tiny_fashion_mnist
-from normbench import cli, guards, results, runner
+
+from normbench import cli, results
 from normbench.config import ModelConfig, NormConfig
 from normbench.errors import UserError
-from normbench.tracking import NullTracker
+from normbench.train import guards, runner
+from normbench.train.tracking import NullTracker
 
 
 def quiet(tiny_root, run_dir, **extra) -> list[str]:
@@ -144,13 +145,48 @@ def test_unwritable_sweep_dir(tiny_root, tmp_path):
     assert_one_line_error(r, "cannot write /proc/normbench", "hydra.sweep.dir")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+# Root writes into a 0o555 directory through CAP_DAC_OVERRIDE, and CI runs as root. This prelude gives that
+# capability up, then execs Python with the arguments that follow it: dropped from the bounding set (prctl
+# PR_CAPBSET_DROP) and from the effective, permitted and inheritable sets (capset), so the exec cannot get it
+# back and a directory's mode binds root as it binds any user. A prelude that cannot drop it exits 3.
+DROP_DAC_OVERRIDE = """
+import ctypes, os, sys
+libc, bit = ctypes.CDLL(None, use_errno=True), 1  # CAP_DAC_OVERRIDE = 1
+hdr, caps = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()  # v3: {eff, perm, inh} x 2 words
+if libc.prctl(24, bit, 0, 0, 0) or libc.capget(hdr, caps):  # 24 = PR_CAPBSET_DROP
+    print("cannot drop CAP_DAC_OVERRIDE:", os.strerror(ctypes.get_errno()), file=sys.stderr); sys.exit(3)
+for i in range(3):
+    caps[i] &= ~(1 << bit)
+if libc.capset(hdr, caps):
+    print("cannot drop CAP_DAC_OVERRIDE:", os.strerror(ctypes.get_errno()), file=sys.stderr); sys.exit(3)
+os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+"""
+
+
+def _python_bound_by_modes(*args: str, cwd: Path):
+    """`python ARGS` in a subprocess that file modes bind: as root, without CAP_DAC_OVERRIDE."""
+    import subprocess
+    prelude = ["-c", DROP_DAC_OVERRIDE] if os.geteuid() == 0 else []
+    return subprocess.run([sys.executable, *prelude, *args], cwd=cwd, env=dict(CHILD_ENV), capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
 def test_read_only_run_dir(tiny_root, tmp_path):
+    """A run directory inside an existing directory the user may not write (mode 0o555) fails with the OS's
+    reason: the command in one line before Hydra writes anything (cli.py), and the library's own check
+    (guards.check_writable, which runner.run calls first) with a UserError. As root (CI) both run without
+    CAP_DAC_OVERRIDE, so the mode stops them too."""
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o555)
-    r = normbench_cli("train", *quiet(tiny_root, ro / "run"), cwd=tmp_path)
-    assert_one_line_error(r, "cannot write", "writable directory")
+    r = _python_bound_by_modes("-m", "normbench", "train", *quiet(tiny_root, ro / "run"), cwd=tmp_path)
+    assert_one_line_error(r, f"cannot write {ro / 'run'} (Permission denied)", "writable directory")
+    assert not (ro / "run").exists()
+    code = "import sys; from normbench.train import guards; guards.check_writable(sys.argv[1])"
+    r = _python_bound_by_modes("-c", code, str(ro / "run"), cwd=tmp_path)
+    assert r.returncode == 1 and f"UserError: cannot write the run directory {ro / 'run'} (Permission denied)" \
+        in r.stderr, r.stderr
+    assert not (ro / "run").exists()
 
 
 def test_runner_refuses_unwritable_run_dir(tiny_cfg, tmp_path):

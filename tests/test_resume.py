@@ -11,12 +11,12 @@ import time
 
 import pytest
 import torch
-
 from conftest import CHILD_ENV, normbench_cli
-from normbench import guards, runner
+
 from normbench.config import ModelConfig, to_dict
 from normbench.errors import UserError
-from normbench.tracking import NullTracker
+from normbench.train import guards, runner
+from normbench.train.tracking import NullTracker
 
 
 def metrics(res: dict) -> dict:
@@ -182,11 +182,11 @@ def test_interrupted_in_process_resumes_to_the_same_metrics(tiny_cfg, tmp_path):
 
 @pytest.fixture
 def guard_log():
-    """What normbench.guards logs (the CLI prints it as `normbench: ...`; here it is collected)."""
+    """What normbench.train.guards logs (the CLI prints it as `normbench: ...`; here it is collected)."""
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = records.append
-    logger = logging.getLogger("normbench.guards")
+    logger = logging.getLogger("normbench.train.guards")
     logger.addHandler(handler)
     old = logger.level
     logger.setLevel(logging.INFO)
@@ -233,6 +233,23 @@ def test_unreadable_checkpoint_is_a_user_error(tiny_cfg, tmp_path):
         runner.run(tiny_cfg, tmp_path, tracker=NullTracker())
 
 
+def test_a_checkpoint_of_other_layers_is_one_line(tiny_cfg, tmp_path):
+    """Reference: the run's own checkpoint, its model's keys renamed as an older pack's were (`net.layers.*`
+    where a pack now keeps the model's own `net.net.layers.*`): resume refuses it with one line, and the
+    run's results.json says why (torch's own error is a wall of missing and unexpected keys)."""
+    from dataclasses import replace
+
+    runner.run(tiny_cfg, tmp_path, tracker=NullTracker())
+    blob = torch.load(tmp_path / guards.CHECKPOINT, weights_only=True)
+    blob["model"] = {f"old.{k}": v for k, v in blob["model"].items()}
+    torch.save(blob, tmp_path / guards.CHECKPOINT)
+    results = json.loads((tmp_path / "results.json").read_text())
+    (tmp_path / "results.json").write_text(json.dumps({**results, "status": "failed"}))  # as if cut short
+    with pytest.raises(UserError, match="holds a model with other layers than this run builds"):
+        runner.run(replace(tiny_cfg, resume=True), tmp_path, tracker=NullTracker())
+    assert "other layers" in json.loads((tmp_path / "results.json").read_text())["error"]
+
+
 def test_sweep_rerun_with_resume_keeps_finished_runs(tiny_root, tmp_path):
     """Reference: the first sweep's files. A preempted sweep is re-run with resume=true: finished runs
     are kept as they are (not retrained), so only unfinished work is redone."""
@@ -256,15 +273,15 @@ def test_killed_after_its_last_step_resumes_without_training_more(tiny_cfg, tmp_
     unbroken = runner.run(tiny_cfg, tmp_path / "a", tracker=NullTracker())
     assert unbroken["steps"] == 40 and len(unbroken["history"]) == 2
 
-    real_test_results = runner.test_results
+    real_evaluations = runner.evaluations
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # as SIGTERM or Ctrl-C during the test suite
 
-    monkeypatch.setattr(runner, "test_results", killed)
+    monkeypatch.setattr(runner, "evaluations", killed)
     with pytest.raises(KeyboardInterrupt):
         runner.run(tiny_cfg, tmp_path / "b", tracker=NullTracker())
-    monkeypatch.setattr(runner, "test_results", real_test_results)
+    monkeypatch.setattr(runner, "evaluations", real_evaluations)
     tiny_cfg.resume = True
     resumed = runner.run(tiny_cfg, tmp_path / "b", tracker=NullTracker())
     assert resumed["steps"] == 40

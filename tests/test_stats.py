@@ -1,4 +1,4 @@
-"""normbench.stats against published values: a t-table quantile, R's paired t-test on Student's sleep
+"""normbench.summary.stats against published values: a t-table quantile, R's paired t-test on Student's sleep
 data, Holm's adjusted p-values worked by hand, and scipy.stats for the general case."""
 
 import math
@@ -7,7 +7,7 @@ import statistics
 import pytest
 from scipy import stats as scipy_stats
 
-from normbench import stats
+from normbench.summary import stats
 
 SLEEP_1 = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0]
 SLEEP_2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4]
@@ -63,3 +63,21 @@ def test_holm_by_hand():
     assert stats.holm([0.5, 0.9]) == [1.0, 1.0]
     assert stats.holm([None, 0.02, None, 0.04]) == [None, pytest.approx(0.04), None, pytest.approx(0.04)]
     assert stats.holm([]) == []
+
+
+def test_t_pvalues_rows_match_scipy_and_constant_rows_get_the_exact_p():
+    """Reference: scipy.stats.ttest_1samp (one-sided) per row; and the exact test's floor by enumeration: a
+    row of three equal positive differences is the most extreme of 2^3 sign patterns, p = 1/8, for 0.1 too,
+    whose float mean (0.30000000000000004 / 3) would leave a t-test an sd of 1e-17 and p = 0."""
+    import numpy as np
+
+    rows = np.array([[0.2, 0.5, -0.1, 0.4], [1.0, 1.1, 0.9, 1.3], [-0.3, 0.1, -0.2, -0.4]])
+    for expect in ("greater", "less"):
+        got = stats.t_pvalues(rows, expect, 0.05)
+        for row, p in zip(rows, got):
+            assert p == pytest.approx(scipy_stats.ttest_1samp(row, 0.05, alternative=expect).pvalue, rel=1e-10)
+    flat = stats.t_pvalues(np.array([[0.1, 0.1, 0.1], [0.2, 0.5, 0.3]]), "greater")
+    assert flat[0] == 1 / 8 and flat[1] == pytest.approx(scipy_stats.ttest_1samp([0.2, 0.5, 0.3], 0,
+                                                                                 alternative="greater").pvalue)
+    assert stats.t_test([0.1, 0.1, 0.1], "greater") == 1 / 8 and stats.t_test([0.1, 0.1, 0.1], "less") == 1.0
+    assert list(stats.sign_flip_many(np.array([[1, -2, 3], [1, 2, 3]]), "greater")) == [3 / 8, 1 / 8]

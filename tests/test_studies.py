@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from normbench import data, models, norms, precise_bn
+from normbench import data, models, norms
 from normbench.config import ModelConfig, VarLenConfig
 from normbench.data import batches
 from normbench.errors import UserError
-from normbench.runner import run
-from normbench.studies import small_batch
+from normbench.studies import default, precise_bn
+from normbench.train.runner import run
 
 
 @pytest.mark.parametrize("model, expected", [
@@ -45,7 +45,7 @@ def test_batch_statistics_evaluation_restores_the_model(tiny_cfg):
         if isinstance(m, _BatchNorm):
             m.running_mean.fill_(3.0)
     before = {k: v.clone() for k, v in net.state_dict().items()}
-    out = small_batch.evaluations(net, splits, tiny_cfg)
+    out = default.evaluations(net, splits, tiny_cfg)
     for k, v in net.state_dict().items():
         assert torch.equal(v, before[k]), k
     assert not net.training
@@ -95,8 +95,8 @@ def test_stretched_precise_bn_reestimates_recurrent_steps_past_the_trained_lengt
     with steps=L), then the test set at that length. The run's own model (test_acc_by_length) is untouched,
     and `none` has no such key (nothing to re-estimate)."""
     from normbench.data import varlen
-    from normbench.engine import evaluate
     from normbench.studies import variable_length
+    from normbench.train.evaluate import evaluate
 
     vl = VarLenConfig(enabled=True, min_len=6, max_len=10, test_lengths=[8, 10, 14])
     cfg = replace(tiny_cfg, model=ModelConfig(name="rnn", hidden=16, placement="recurrent"), varlen=vl,
@@ -125,7 +125,7 @@ def test_stretched_precise_bn_reestimates_recurrent_steps_past_the_trained_lengt
         assert done.samples == len(splits.train_x) // 10 * 10
         cells = [m for m in by_hand.modules() if getattr(m, "per_step", False)]
         assert cells and all(m.trained_steps == length for m in cells)
-        want = evaluate(by_hand, varlen.length_batches(splits.test_x, splits.test_y, length, cfg.eval_batch_size))[1]
+        want = evaluate(by_hand, varlen.length_batches(splits.test_x, splits.test_y, length, cfg.eval_batch_size)).acc
         assert out["test_acc_by_length_precise_bn"][str(length)] == want
     plain = models.create(cfg.model, norms.factory("none"), splits.shape, 10).eval()
     assert "test_acc_by_length_precise_bn" not in variable_length.evaluations(plain, splits, cfg)
@@ -161,16 +161,18 @@ def test_ghost_batch_run_records_its_values_and_the_statistics_suite(tiny_cfg, t
                                              ("cnn", "bn", {"ghost_batch": 2}), ("rnn", "bn", {"recurrent": True}),
                                              ("mlp", "ln", {})])
 def test_batch_statistics_over_large_batches_split_in_groups_equal_small_batches(model, norm, opts, tiny_cfg):
-    """Reference: engine.evaluate over batches of the training batch size (4). The evaluation suite instead
+    """Reference: evaluate.evaluate over batches of the training batch size (4). The evaluation suite instead
     passes batches of 200 with each group of 4 normalized on its own (split_statistics): the same loss and
     accuracy in float64, for every batch-dependent norm, ghost batches and per-step recurrent BN included;
     and PreciseBN recomputed over large split batches gives the statistics it gives over small ones. Batch
     Renorm cannot split (its output reads running statistics that each batch moves) and is left alone."""
     import copy
 
-    from normbench import data, models, norms, precise_bn
+    from normbench import data, models, norms
     from normbench.config import ModelConfig
-    from normbench.engine import can_split_statistics, evaluate, split_statistics
+    from normbench.studies import precise_bn
+    from normbench.train.evaluate import evaluate
+    from normbench.train.norm_modes import can_split_statistics, split_statistics
 
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
@@ -190,7 +192,7 @@ def test_batch_statistics_over_large_batches_split_in_groups_equal_small_batches
         assert not can_split_statistics(brn)
         small = evaluate(net, data.batches(x, y, 4), batch_stats=True)
         large = evaluate(net, data.batches(x, y, 200), batch_stats=True, stats_per=4)
-        assert large[0] == pytest.approx(small[0], abs=1e-10) and large[1] == small[1]
+        assert large.loss == pytest.approx(small.loss, abs=1e-10) and large.acc == small.acc
         if precise_bn.has_running_stats(net):
             a, b = copy.deepcopy(net), copy.deepcopy(net)
             precise_bn.recompute_statistics(a, data.batches(splits.train_x[:96], splits.train_y[:96], 4), 96)

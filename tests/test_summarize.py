@@ -16,7 +16,7 @@ from scipy import stats as scipy_stats
 
 from normbench.config import Config, ModelConfig, to_dict
 from normbench.results import write_results
-from normbench.summarize import compute, summarize
+from normbench.summary.summarize import compute, summarize
 
 
 def write_run(root: Path, name: str, status: str = "completed", **kw) -> Path:
@@ -147,7 +147,7 @@ def test_a_ghost_batch_sweep_plots_accuracy_against_k(tmp_path):
             write_run(tmp_path, f"bn{k}_{seed}", bs=64, seed=seed, config={"norm.ghost_batch": k},
                       test_acc=acc + seed / 100, test_acc_train_mode=acc - 0.1)
         write_run(tmp_path, f"ln_{seed}", norm="ln", bs=64, seed=seed, test_acc=0.83, test_acc_train_mode=0.83)
-    from normbench import plots
+    from normbench.summary.show import plots
 
     s = compute(tmp_path)
     evals = next(t for t in s.tables if t.metric == "test_acc")
@@ -172,7 +172,7 @@ def test_values_per_channel_panel_puts_each_cell_at_its_own_runs_count(tmp_path)
         for bs in (8, 64):
             write_run(tmp_path, f"bn_{bs}_{seed}", bs=bs, seed=seed, test_acc=0.85, test_acc_train_mode=0.8,
                       norm_values_per_channel=bs)
-    from normbench import plots
+    from normbench.summary.show import plots
 
     s = compute(tmp_path)
     tables = [t for t in s.tables if t.kind == "batch"]
@@ -328,9 +328,9 @@ def test_summarize_reads_a_sweep_without_torch_or_tensorboard(tmp_path):
     """Reference: sys.modules after computing the tables in a fresh interpreter: the numbers need neither
     torch nor TensorBoard (so `normbench summarize` starts fast)."""
     sleep_sweep(tmp_path)
-    code = ("import sys; from normbench.summarize import compute; s = compute(sys.argv[1]); "
+    code = ("import sys; from normbench.summary.summarize import compute; s = compute(sys.argv[1]); "
             "assert s.tables[0].comparisons; "
-            "print(sorted(m for m in ('torch', 'tensorboard', 'matplotlib', 'normbench.tracking') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'tensorboard', 'matplotlib', 'normbench.train.tracking') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=REPO,
                        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
@@ -408,7 +408,7 @@ def test_select_needs_a_swept_key(tmp_path):
 def test_plateau_criterion_by_hand():
     """Reference: the criterion written out: the last 20% of epochs (2 of 10) must span <= 0.5 points of
     validation accuracy; fewer than 5 epochs cannot be checked."""
-    from normbench.tabulate import plateau_note, plateaued
+    from normbench.summary.tables import plateau_note, plateaued
 
     def history(accs):
         return [{"epoch": i + 1, "acc/val": a} for i, a in enumerate(accs)]
@@ -426,7 +426,7 @@ def test_costs_count_each_seed_group_of_a_pack(tmp_path, split, computations):
     """Reference: pack.plan.groups: a pack of 2 lrs x 2 seeds trains as one computation with one shared
     split (data.split=fixed), as one per seed with data.split=per_seed; each member records its
     computation's seconds, so the study's seconds are those of each computation once."""
-    from normbench.runs import costs, find_runs
+    from normbench.summary.discover import costs, find_runs
 
     seconds = {0: 10.0, 1: 30.0}  # each seed group's wall time
     for lr in (0.1, 0.2):
@@ -444,7 +444,7 @@ def test_costs_floor_a_resumed_runs_wall_at_its_training_and_evaluation(tmp_path
     """A run resumed before wall_s counted its earlier processes records its last one's wall only (here 10 s
     against 30 s of training and 5 of evaluation): its computation counts at least 35 s, so `other` is
     not negative. A run whose wall covers them keeps its own."""
-    from normbench.runs import costs, find_runs
+    from normbench.summary.discover import costs, find_runs
 
     write_run(tmp_path, "resumed", seed=0, test_acc=0.8, wall_s=10.0, train_s=30.0, eval_s=5.0, resumed_at_step=[7])
     write_run(tmp_path, "whole", seed=1, test_acc=0.8, wall_s=50.0, train_s=30.0, eval_s=5.0)

@@ -1,4 +1,4 @@
-"""model=transformer (normbench/transformer.py) against torch's own encoder layer, and its refusals.
+"""model=transformer (normbench/models/transformer.py) against torch's own encoder layer, and its refusals.
 
 Reference: torch.nn.TransformerEncoderLayer (batch first, GELU, no dropout) with the same weights,
 norm_first=True for placement=pre and False for post, with LayerNorm: the same computation written by
@@ -13,8 +13,8 @@ from torch import nn
 from normbench import models, norms
 from normbench.config import ModelConfig, NormConfig, PackConfig
 from normbench.errors import UserError
-from normbench.runner import run
-from normbench.tracking import NullTracker
+from normbench.train.runner import run
+from normbench.train.tracking import NullTracker
 
 
 def _torch_layer(block, width: int, heads: int, pre: bool) -> nn.TransformerEncoderLayer:
@@ -130,7 +130,7 @@ def test_post_norm_without_a_norm_trains_or_diverges_recorded(tiny_cfg, tmp_path
 
 def test_a_transformer_pack_trains_its_members_in_turn_on_the_cpu_or_packed(tiny_cfg, tmp_path):
     """On the CPU, auto trains a Transformer pack's members one after another (its packed form is not
-    benchmarked there, pack.plan.PACK_LIMITS); pack.mode=packed packs them. Either way each member's
+    benchmarked there, pack/limits.json); pack.mode=packed packs them. Either way each member's
     results.json says what its separate run says (float64 equality: tests/test_pack.py)."""
     cfg = replace(tiny_cfg, model=ModelConfig(name="transformer", hidden=16, depth=1), max_steps=6)
     alone = run(replace(cfg, seed=1), tmp_path / "b", tracker=NullTracker())
@@ -145,12 +145,12 @@ def test_more_real_tokens_than_positions_is_one_error_plain_and_packed():
     members both refuse 70 real rows with the same one-line error, and both run 90 padded rows of which
     at most 28 are real: each member as it runs the same 28 rows unpadded, and the pack as its members
     (float64)."""
-    from normbench.pack.transformer import PackedTransformer
+    from normbench.pack.model import PackedModel
 
     torch.manual_seed(0)
     members = [models.create(ModelConfig(name="transformer"), norms.factory("ln"), (1, 28, 28), 10).double().eval()
                for _ in range(2)]
-    pack = PackedTransformer(members).double().eval()
+    pack = PackedModel(members).double().eval()
     tall = torch.randn(2, 3, 1, 70, 28, dtype=torch.float64)  # (S, N, C, H, W)
     for model, x in ((members[0], tall[0]), (pack, tall)):
         with pytest.raises(UserError, match="70 tokens is more than the transformer's 64 learned positions"):

@@ -10,11 +10,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from normbench import cells, data, models, norms, precise_bn
+from normbench import data, models, norms
 from normbench.config import ModelConfig, VarLenConfig
 from normbench.data import varlen
-from normbench.engine import evaluate
-from normbench.studies import variable_length
+from normbench.models import cells
+from normbench.studies import precise_bn, variable_length
+from normbench.train.evaluate import evaluate
 
 
 def test_bucket_lengths_give_equal_shares():
@@ -140,10 +141,10 @@ def test_precise_bn_control_keeps_the_trained_steps(tiny_cfg):
         net(x, lengths)
     net.eval()
     full = copy.deepcopy(net)
-    from normbench.studies import small_batch
+    from normbench.studies import default
 
-    batches = small_batch.precise_batches(full, splits, cfg, varlen.fixed_length(14))
-    precise_bn.recompute_statistics(full, batches, small_batch.PRECISE_SAMPLES, steps=14)
+    batches = default.precise_batches(full, splits, cfg, varlen.fixed_length(14))
+    precise_bn.recompute_statistics(full, batches, default.PRECISE_SAMPLES, steps=14)
     control = copy.deepcopy(full)
     cells.restore_steps(control, net, 10)
     for c, f, trained in zip(*[[m for m in model.modules() if isinstance(m, cells.StepNorm) and m.per_step]
@@ -154,8 +155,8 @@ def test_precise_bn_control_keeps_the_trained_steps(tiny_cfg):
             assert torch.equal(steps_c[t].running_mean, want.running_mean), t
     at_max_model = variable_length.stretched_precise_bn(net, splits, cfg, 10)
     cells.restore_steps(at_max_model, net, 10)
-    at_max = evaluate(at_max_model, varlen.length_batches(splits.test_x, splits.test_y, 10, cfg.eval_batch_size))[1]
-    plain = evaluate(net, varlen.length_batches(splits.test_x, splits.test_y, 10, cfg.eval_batch_size))[1]
+    at_max = evaluate(at_max_model, varlen.length_batches(splits.test_x, splits.test_y, 10, cfg.eval_batch_size)).acc
+    plain = evaluate(net, varlen.length_batches(splits.test_x, splits.test_y, 10, cfg.eval_batch_size)).acc
     assert at_max == plain
 
 
@@ -165,7 +166,7 @@ def test_first_layer_grad_ratio_by_hand(tiny_cfg, tmp_path):
     layer; results.json's first_layer_grad_ratio, train_s and eval_s (the sum of eval_passes)."""
     import json
 
-    from normbench.runner import run
+    from normbench.train.runner import run
 
     run(replace(tiny_cfg, max_steps=2), tmp_path)
     res = json.loads((tmp_path / "results.json").read_text())

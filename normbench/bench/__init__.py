@@ -4,11 +4,12 @@
     normbench bench --quick              # a smoke test of every section (seconds)
     normbench bench --sections loop,norms --rounds 7 --out /tmp/bench
 
-Sections: `loop` (engine.fit vs a minimal hand-written loop), `norms` (from-scratch norms vs their
+Sections: `loop` (loop.fit vs a minimal hand-written loop), `norms` (from-scratch norms vs their
 native twins and vs native BN), `cells` (recurrent-placement RNN cells vs the plain RNN with the norm
 on its output), `sweep` (a sweep serial vs through Hydra's joblib launcher), `packed` (S packed members
 vs S separate runs, normbench.pack), `lrs` (a pack's members at their own lrs vs all at one), `eval`
-(evaluation's share of each shipped study's run at its budget, bench/eval_share.py). Variants are timed
+(evaluation's share of each shipped study's run at its budget, bench/eval_share.py), `subnormal` (whether
+this processor pays for subnormal floats, and what flushing them saves, bench/subnormal.py). Variants are timed
 in rounds whose order rotates, so a slow phase of a shared machine slows every variant alike; a ratio is
 the median over rounds of the paired ratios, with their range. Writes bench.json and bench.md.
 """
@@ -26,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-SECTIONS = ("loop", "norms", "cells", "sweep", "fixed", "packed", "lrs", "eval")
+SECTIONS = ("loop", "norms", "cells", "sweep", "fixed", "packed", "lrs", "eval", "subnormal")
 
 
 def clocks() -> tuple[float, float]:
@@ -96,9 +97,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from normbench.bench import eval_share, kernels, loop, packed, sweep
-    from normbench.engine import pick_device
+    from normbench.bench import eval_share, kernels, loop, packed, subnormal, sweep
     from normbench.results import git_sha, versions
+    from normbench.train.device import pick_device
 
     args = parse_args(list(argv or []))
     torch.set_num_threads(args.threads)
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
           "(range in brackets)."]
     sections = {"loop": loop.run, "norms": kernels.run_norms, "cells": kernels.run_cells, "sweep": sweep.run,
                 "fixed": lambda args, device: sweep.fixed_cost(args), "packed": packed.run,
-                "lrs": packed.run_member_lrs, "eval": eval_share.run}
+                "lrs": packed.run_member_lrs, "eval": eval_share.run, "subnormal": subnormal.run}
     for name in args.sections:
         started = time.perf_counter()
         rows, text = sections[name](args, device)

@@ -31,12 +31,12 @@ CELLS = [
     ("small_batch", ["norm=bn", "batch_size=128"]),
     ("small_batch", ["norm=bn", "batch_size=2", "model=cnn"]),
     ("converged", ["norm=bn", "batch_size=64"]),
-    ("variable_length", ["varlen_design=length", "rnn_norm=bn_recurrent"]),
-    ("variable_length", ["varlen_design=length", "rnn_norm=ln"]),
-    ("variable_length", ["varlen_design=padding", "rnn_norm=bn_naive_input"]),
+    ("variable_length", ["varlen_design=length", "seq_norm=bn_recurrent"]),
+    ("variable_length", ["varlen_design=length", "seq_norm=ln"]),
+    ("variable_length", ["varlen_design=padding", "seq_norm=bn_naive_input"]),
     ("small_batch_transformer", ["norm=bn", "batch_size=64", "pack.lrs=null", "lr=1e-3"]),
-    ("variable_length_transformer", ["varlen_design=padding", "rnn_norm=bn_naive", "pack.lrs=null", "lr=1e-3"]),
-    ("variable_length_transformer", ["varlen_design=length", "rnn_norm=ln", "pack.lrs=null", "lr=1e-3"]),
+    ("variable_length_transformer", ["varlen_design=padding", "seq_norm=bn_naive", "pack.lrs=null", "lr=1e-3"]),
+    ("variable_length_transformer", ["varlen_design=length", "seq_norm=ln", "pack.lrs=null", "lr=1e-3"]),
     ("lr_sensitivity", ["norm=ln", "model.placement=post", "pack.lrs=null", "lr=1e-3"]),
 ]
 TARGET = 0.25  # issue 23: evaluation at most a quarter of every run of the shipped studies
@@ -63,8 +63,9 @@ def measure(study: str, overrides: list[str], args) -> dict:
     """One cell: a short run of the shipped config (seed 0, `steps` steps), its costs, and the projection."""
     from dataclasses import replace
 
-    from normbench import data, runner
-    from normbench.engine import pick_device
+    from normbench import data
+    from normbench.train import runner
+    from normbench.train.device import pick_device
 
     steps = 20 if args.quick else 300
     cfg = compose(study, overrides, args.data_root)

@@ -7,7 +7,7 @@ with a padding mask on `seq`; a norm that reparameterizes the layer before it (W
 Norm) also as that layer against a plain nn.Linear / nn.Conv2d. `cells` times the RNN with the norm
 inside the cell (`model.placement=recurrent`) against nn.RNN / nn.LSTM with the norm on its output,
 and one tanh RNN layer trained through torch's kernel against the pack's recurrence for one member
-(`pack.rnn.one_member`, which `cells.TorchRNN` uses up to `ONE_MEMBER_MAX_BATCH`). With `--compile`, torch.compile'd versions of the from-scratch modules and cells are timed too.
+(`models.recurrence.one_member`, which `cells.TorchRNN` uses up to `ONE_MEMBER_MAX_BATCH`). With `--compile`, torch.compile'd versions of the from-scratch modules and cells are timed too.
 """
 
 from __future__ import annotations
@@ -198,8 +198,8 @@ def run_cells(args, device: torch.device):
 
 def _one_member(args, device: torch.device) -> tuple[list[dict], str]:
     """One tanh RNN layer (28 steps of 28 inputs, hidden 256, as the default RNN's first), forward +
-    backward: torch's nn.RNN against `pack.rnn.one_member`, at the batches the studies train at."""
-    from normbench.pack.rnn import ONE_MEMBER_MAX_BATCH, one_member
+    backward: torch's nn.RNN against `models.recurrence.one_member`, at the batches the studies train at."""
+    from normbench.models.recurrence import ONE_MEMBER_MAX_BATCH, one_member
 
     rows, table = [], []
     torch.manual_seed(0)
@@ -217,6 +217,6 @@ def _one_member(args, device: torch.device) -> tuple[list[dict], str]:
     text = ("### One tanh RNN layer: torch's kernel vs the pack's recurrence for one member\n\n"
             "28 steps, 28 inputs, hidden 256, forward + backward; `nn.RNN / one member` > 1 where the pack's "
             "recurrence is faster. `cells.TorchRNN` trains through it up to batch "
-            f"{ONE_MEMBER_MAX_BATCH} on the CPU (`pack.rnn.ONE_MEMBER_MAX_BATCH`).\n\n")
+            f"{ONE_MEMBER_MAX_BATCH} on the CPU (`models.recurrence.ONE_MEMBER_MAX_BATCH`).\n\n")
     return rows, text + markdown_table(["batch", "nn.RNN ms", "one member ms", "nn.RNN / one member", "a plain run uses"],
                                        table)

@@ -1,4 +1,4 @@
-"""Bench section `loop`: the runner's training step (engine.fit) against a minimal hand-written loop.
+"""Bench section `loop`: the runner's training step (loop.fit) against a minimal hand-written loop.
 
 Same model, norm, data (real FashionMNIST, resident on the device), batch size and optimizer kernel;
 the hand-written loop indexes tensors per batch, steps Adam and logs nothing. The runner runs with no
@@ -21,8 +21,8 @@ from rich.console import Console
 from normbench import data, models, norms
 from normbench.bench import clocks, fmt_ratio, interleave, markdown_table, paired_ratio, sync
 from normbench.config import Config, DataConfig, ModelConfig, NormConfig, to_dict
-from normbench.engine import fit
-from normbench.tracking import NullTracker, RichTracker, TensorBoardTracker, Trackers
+from normbench.train.loop import fit
+from normbench.train.tracking import NullTracker, RichTracker, TensorBoardTracker, Trackers
 
 CASES = (("mlp", "bn"), ("cnn", "bn"), ("rnn", "ln"), ("transformer", "ln"))  # (model, norm): the default runs
 BATCH_SIZES = (2, 64, 256)
@@ -66,7 +66,7 @@ def hand_loop(model, x, y, batch_size: int, warmup: int, steps: int, fused: bool
 
 
 def runner_loop(model, splits, cfg: Config, warmup: int, terminal, tmp: Path) -> tuple[float, float]:
-    """engine.fit for `warmup` + timed steps; with a `terminal` file, also the real trackers."""
+    """loop.fit for `warmup` + timed steps; with a `terminal` file, also the real trackers."""
     watch = Stopwatch(warmup)
     tracker: NullTracker = watch
     if terminal is not None:
@@ -147,7 +147,7 @@ def run(args, device: torch.device):
                               fmt_ratio(row["ratio_vs_default_adam"])])
                 print(" | ".join(map(str, table[-1])), flush=True)
     text = ("### Runner vs hand-written loop (throughput ratio runner / hand-written; >= 1 is as fast)\n\n"
-            "Hand-written: tensors indexed per batch, `Adam(fused=True)`, no logging. Runner: `engine.fit` "
+            "Hand-written: tensors indexed per batch, `Adam(fused=True)`, no logging. Runner: `loop.fit` "
             "with no tracker, and with rich progress + TensorBoard. CPU = process CPU time (all threads). "
             "Last column: the runner against the same loop with torch's default Adam.\n\n")
     text += markdown_table(

@@ -164,6 +164,18 @@ def derive_limits(rows: list[dict]) -> dict[str, list]:
     return out
 
 
+def with_limits(device_type: str, limits: dict[str, list] | None) -> str:
+    """pack/plan.py's limits file (plan.LIMITS_FILE, one table per kind of device) with `device_type`'s
+    entry replaced by `limits` (derive_limits' output, or None: nothing measured), as the text to write over
+    normbench/pack/limits.json: one line per kind of device, the other kinds' tables as they were."""
+    import json
+
+    from normbench.pack import plan
+
+    tables = {**json.loads(plan.LIMITS_FILE.read_text()), device_type: limits}
+    return "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in tables.items()) + "\n}\n"
+
+
 def copy_bandwidth(device) -> float:
     """Bytes per second of a 64 MB copy (read + write counted), the best of 5."""
     a = torch.empty(16 * 2 ** 20, device=device)

@@ -9,7 +9,19 @@
 Each family lives in its own module and registers itself on import; see registry.py for the spec.
 """
 
-from normbench.norms.registry import LAYOUTS, NormFactory, NormSpec, create, factory, get, names, register
+from normbench.norms.registry import (
+                                      LAYOUTS,
+                                      NormFactory,
+                                      NormSpec,
+                                      batch_free_names,
+                                      create,
+                                      factory,
+                                      get,
+                                      has_running_statistics,
+                                      is_batch_dependent,
+                                      names,
+                                      register,
+)
 
 # Importing a family registers its norms, in catalog order.
 from normbench.norms import basic, batch, layer, group, rms, weight  # noqa: E402,F401  isort: skip
@@ -17,4 +29,5 @@ from normbench.norms import switchable, renorm, frn, evonorm, dyt, power  # noqa
 from normbench.norms import scratch  # noqa: E402,F401  isort: skip  (the from-scratch twins, norm.impl=scratch)
 from normbench.norms.renorm import set_total_steps  # noqa: E402  isort: skip
 
-__all__ = ["LAYOUTS", "NormFactory", "NormSpec", "create", "factory", "get", "names", "register", "set_total_steps"]
+__all__ = ["LAYOUTS", "NormFactory", "NormSpec", "batch_free_names", "create", "factory", "get", "has_running_statistics",
+           "is_batch_dependent", "names", "register", "set_total_steps"]

@@ -57,7 +57,7 @@ class BatchNorm(batch_stats.BatchStatistics, _BatchNorm):
             # after this layer are those of plain BN at the same seed (runs pair), and layers apart in a
             # model (weights initialized between them) draw different seeds.
             self.position_seed = position_seed()
-            self.splits_statistics = False  # engine.split_statistics: the draws are per batch, not per group
+            self.splits_statistics = False  # norm_modes.split_statistics: the draws are per batch, not per group
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         groups = self.groups(x, "BatchNorm")
@@ -157,6 +157,7 @@ def _check_positions(positions, layout: str, ghost_batch: int | None) -> None:
     batch_dependent=True, params="scale, shift per channel",
     paper="Ioffe & Szegedy 2015, arXiv 1502.03167",
 ))
+# Defaults are PyTorch's (eps 1e-5, momentum 0.1), which follow the paper.
 def build_bn(num_features: int, layout: str, *, eps: float = 1e-5, momentum: float = 0.1,
              affine: bool = True, masked: bool = True, ghost_batch: int | None = None,
              positions: int | None = None) -> nn.Module:

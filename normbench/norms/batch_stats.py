@@ -14,7 +14,7 @@ BatchNorm applied to each group in turn). G sequential updates r <- (1 - m_g) r 
 form r_G = prod_g (1 - m_g) r_0 + sum_j m_j prod_{h > j} (1 - m_h) s_j, one weighted sum instead of a loop.
 m_g is the momentum, or 0 for a group with fewer than two real values (no variance estimate).
 
-`absorb` is also where PreciseBN (normbench/precise_bn.py) listens: a module whose `stats_sink` is set hands
+`absorb` is also where PreciseBN (normbench/studies/precise_bn.py) listens: a module whose `stats_sink` is set hands
 its per-group statistics to the sink instead of folding them into the running buffers.
 """
 
@@ -32,7 +32,7 @@ class BatchStatistics:
     the rest of normbench reads or sets on it, declared once:
 
     - `ghost_batch`: statistics over each group of this many consecutive samples (None: the whole batch).
-      A training option of bn, brn and sn; engine.split_statistics sets it during an evaluation pass, so
+      A training option of bn, brn and sn; norm_modes.split_statistics sets it during an evaluation pass, so
       one pass over large batches normalizes each group of the training batch size on its own.
     - `splits_statistics`: False where such a pass is not the same as passes over each group (Batch
       Renorm's output reads running statistics that every batch moves; BN over random positions draws

@@ -42,6 +42,7 @@ class EvoNormS0(nn.Module):
     paper="Liu et al. 2020, arXiv 2004.02967",
     own_activation=True,
 ))
+# eps 1e-5: the paper's.
 def build_evonorm(num_features: int, layout: str, *, groups: int = 8, eps: float = 1e-5) -> nn.Module:
     check_groups(groups, num_features, layout, name="EvoNorm-S0")
     return EvoNormS0(num_features, layout, groups=groups, eps=eps)

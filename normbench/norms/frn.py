@@ -48,6 +48,7 @@ class FilterResponseNorm(nn.Module):
     paper="Singh & Krishnan 2020, arXiv 1911.09737",
     own_activation=True,
 ))
+# eps 1e-6: the paper's.
 def build_frn(num_features: int, layout: str, *, eps: float = 1e-6, learn_eps: bool | None = None) -> nn.Module:
     learn = layout != "image" if learn_eps is None else learn_eps
     return FilterResponseNorm(num_features, layout, eps=eps, learn_eps=learn)

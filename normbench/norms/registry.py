@@ -16,9 +16,11 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
+import torch
 from torch import nn
 
 from normbench.errors import UserError
+from normbench.norms.batch_stats import BatchStatistics
 
 LAYOUTS = ("flat", "image", "seq")
 IMPLS = ("native", "scratch")
@@ -211,3 +213,26 @@ class NormFactory:
 def factory(name: str, **options) -> NormFactory:
     """A constructor for norm `name` with `options`; see `NormFactory`."""
     return NormFactory(name, **options)
+
+
+def batch_free_names(layouts=(), *, own_layer: bool = False) -> list[str]:
+    """The catalog's batch-independent norms (`none` left out) defined on every one of `layouts`; with
+    `own_layer`, only those that are a layer of their own (not a reparameterization of the layer before)."""
+    return [n for n, spec in _REGISTRY.items() if n != "none" and not spec.batch_dependent
+            and all(layout in spec.layouts for layout in layouts) and not (own_layer and spec.reparameterizes)]
+
+
+def has_running_statistics(module: nn.Module) -> bool:
+    """Does `module` keep running statistics that evaluation normalizes with (bn, brn, sn, a recurrent
+    step's copy, a pack's BN)? What PreciseBN re-estimates."""
+    return torch.is_tensor(getattr(module, "running_mean", None)) and torch.is_tensor(getattr(module, "running_var", None))
+
+
+def is_batch_dependent(module: nn.Module) -> bool:
+    """The one definition: does `module`'s output in training mode depend on the other samples of its batch?
+    True for the batch-statistics protocol, torch's BatchNorm, anything with running statistics, and any
+    module the catalog built from a norm whose spec says `batch_dependent` (not the layer of WN / CN)."""
+    if isinstance(module, (BatchStatistics, nn.modules.batchnorm._BatchNorm)) or has_running_statistics(module):
+        return True
+    tag = getattr(module, TAG, None)
+    return tag is not None and tag[1] != "layer" and _REGISTRY[tag[0]].batch_dependent

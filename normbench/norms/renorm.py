@@ -55,7 +55,7 @@ class BatchRenorm(batch_stats.BatchStatistics, _BatchNorm):
     kernel "channel" per (group, channel)), so the only extra work is one no-grad pass for the statistics."""
 
     # Its training-mode output reads the running statistics, which each batch moves: a pass over batches in
-    # turn is not one over their groups at once (engine.split_statistics leaves it alone)
+    # turn is not one over their groups at once (norm_modes.split_statistics leaves it alone)
     splits_statistics = False
 
     def __init__(self, num_features: int, layout: str, *, eps: float, momentum: float, affine: bool,

@@ -130,6 +130,7 @@ class SwitchableNorm(batch_stats.BatchStatistics, nn.Module):
     batch_dependent=True, params="scale, shift per channel; mix weights for means and variances",
     paper="Luo et al. 2018, arXiv 1806.10779",
 ))
+# momentum 0.1 matches bn; the paper's code uses 0.003 in this convention.
 def build_sn(num_features: int, layout: str, *, eps: float = 1e-5, momentum: float = 0.1,
              affine: bool = True, masked: bool = True, ghost_batch: int | None = None) -> nn.Module:
     batch_stats.check_option(ghost_batch, "Switchable Norm")

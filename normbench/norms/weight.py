@@ -91,5 +91,6 @@ def cn_conv2d(in_channels: int, out_channels: int, kernel_size, *, eps: float = 
     paper="Luo et al. 2017, arXiv 1702.05870",
     linear=cn_linear, conv2d=cn_conv2d,
 ))
+# eps: a floor on |w| |x|, reached only by an all-zero input to a layer without bias.
 def build_cn(num_features: int, layout: str, *, eps: float = 1e-8) -> nn.Module:
     return Identity()

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normbench import cells
+from normbench.models import cells
 from normbench.norms import batch_stats
 from normbench.norms.batch import BatchNorm
 from normbench.norms.common import TokenWise
@@ -52,17 +52,18 @@ def _cat(tensors) -> torch.Tensor:
 
 class PerMember(nn.Module):
     """Each member's own module on its own slice of "m"-layout activations (and of the mask, if any).
-    `steps` (one int per member) trims a sequence to the length the member's own batch was padded to, for
-    norms whose statistics count padding."""
+    `steps` (one int per member, set by the pack while a batch is out) trims a sequence to the length the
+    member's own batch was padded to, for norms whose statistics count padding."""
 
     layout = "m"
 
     def __init__(self, modules: list[nn.Module]):
         super().__init__()
         self.members = nn.ModuleList(modules)
+        self.steps: list[int] | None = None
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, steps: list[int] | None = None):
-        outs = []
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None):
+        steps, outs = self.steps, []
         for k, module in enumerate(self.members):
             xk, mk = x[k], None if mask is None else mask[k]
             if steps is not None and steps[k] < x.shape[2]:
@@ -82,7 +83,7 @@ class Elementwise(nn.Module):
         super().__init__()
         self.module = module
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, steps=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.module(x)
 
 
@@ -148,7 +149,7 @@ def _unpack_affine(packed: nn.Module, modules, weight: str = "weight", bias: str
 class PackedBatchNorm(batch_stats.BatchStatistics, nn.Module):
     """S BatchNorms as one over S*C channels: torch's kernel, running statistics updated in place.
     "c" layout for images; flat (S, N, C) features are moved to (N, S*C) and back. Its `ghost_batch` is
-    set by engine.split_statistics only: packs train ghost-batch BN per member."""
+    set by norm_modes.split_statistics only: packs train ghost-batch BN per member."""
 
     def __init__(self, modules: list[BatchNorm]):
         super().__init__()
@@ -160,7 +161,7 @@ class PackedBatchNorm(batch_stats.BatchStatistics, nn.Module):
         self.register_buffer("running_var", _cat([m.running_var for m in modules]))
         self.register_buffer("num_batches_tracked", m.num_batches_tracked.detach().clone())
 
-    def forward(self, x: torch.Tensor, mask=None, steps=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask=None) -> torch.Tensor:
         flat = self.layout == "m"
         if flat:  # (S, N, C) -> (N, S*C)
             s, n, c = x.shape
@@ -200,7 +201,7 @@ class PackedGroupNorm(nn.Module):
         self.groups, self.eps = modules[0].num_groups * len(modules), modules[0].eps
         _affine(modules, self)
 
-    def forward(self, x: torch.Tensor, mask=None, steps=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask=None) -> torch.Tensor:
         return F.group_norm(x, self.groups, self.weight, self.bias, self.eps)
 
     def unpack(self, modules: list[nn.GroupNorm]) -> None:
@@ -220,7 +221,7 @@ class PackedLayerNorm(nn.Module):
         self.weight = None if w is None else nn.Parameter(_stack([m.weight for m in modules]))
         self.bias = None if b is None else nn.Parameter(_stack([m.bias for m in modules]))
 
-    def forward(self, x: torch.Tensor, mask=None, steps=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask=None) -> torch.Tensor:
         y = F.layer_norm(x, self.shape, eps=self.eps)
         if self.weight is None:
             return y
@@ -272,7 +273,7 @@ def convert(modules: list[nn.Module]) -> nn.Module:
         return PackedFlatten()
     if kind is nn.MaxPool2d:
         return PackedMaxPool2d(modules)
-    if isinstance(m, (nn.ReLU, nn.Identity, nn.Dropout, cells.Passthrough)):
+    if isinstance(m, (nn.ReLU, nn.GELU, nn.Identity, nn.Dropout, cells.Passthrough)):
         return Elementwise(m)
     if _is_plain_bn(m):
         return PackedBatchNorm(modules)

@@ -2,11 +2,14 @@
 
     members = [build(seed) for seed in seeds]          # exactly the models separate runs would train
     packed = PackedModel(members)                       # forward((S, N, C, H, W), lengths (S, N)) -> (S, N, classes)
-    unpack(packed, members)                            # each member's weights and statistics, from the pack
+    packed.unpacked()                                   # the member models, holding the pack's state
 
-The packed model mirrors the members' structure layer for layer (layers.convert); its parameters are
-the members' stacked (or concatenated) copies. Layers that stay per member (`PerMember`) hold the
-members' own modules, so unpacking leaves nothing to copy for them.
+The packed network is the members' model with its layers swapped for packed ones (layers.convert), not a
+copy of its forward: a model whose forward indexes from the end declares `member_axis = True`, and its
+own forward then runs over a leading member axis. Its free parameters (the Transformer's position table)
+are stacked per member; an `nn.Sequential` becomes a `PackedSequential`, which moves activations between
+the packed layers' layouts; a layer with no packed form is `PerMember`, each member's own module on its
+own slice. Unpacking copies each packed layer's state back into the members' layers.
 """
 
 from __future__ import annotations
@@ -17,61 +20,56 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normbench.members import Members
-from normbench.models import CNN, MLP, RNN, length_mask
 from normbench.pack.layers import PackedConv2d, PerMember, convert, to_layout, unpack_into
-from normbench.pack.transformer import PackedTransformer
-from normbench.transformer import Transformer
+from normbench.pack.members import Members
 
 
 class PackedSequential(nn.Module):
-    """The packed form of a member's `net` (nn.Sequential): converts layouts between layers."""
+    """The packed form of an `nn.Sequential`: its layers' packed forms, converting layouts between them."""
 
-    def __init__(self, nets: list[nn.Sequential]):
+    def __init__(self, seqs: list[nn.Sequential], swapped: list):
         super().__init__()
-        self.members = len(nets)
-        self.layers = nn.ModuleList(convert([net[i] for net in nets]) for i in range(len(nets[0])))
+        self.members = len(seqs)
+        self.layers = nn.ModuleList(_pack([seq[i] for seq in seqs], swapped) for i in range(len(seqs[0])))
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         have = "m"
         for layer in self.layers:
-            x = layer(to_layout(x, have, layer.layout, self.members))
-            have = layer.layout if layer.layout != "any" else have
+            want = getattr(layer, "layout", "m")
+            x = layer(to_layout(x, have, want, self.members))
+            have = want if want != "any" else have
         return to_layout(x, have, "m", self.members)
 
-    def unpack(self, nets: list[nn.Sequential]) -> None:
-        for i, layer in enumerate(self.layers):
-            unpack_into(layer, [net[i] for net in nets])
+
+def _shell(members: list[nn.Module], swapped: list) -> nn.Module:
+    """Member 0's module with its own forward and settings, its children packed and its own parameters
+    stacked per member ((S, ...)): what a `member_axis` model (or an nn.ModuleList) becomes in a pack."""
+    first = members[0]
+    shell = type(first).__new__(type(first))
+    nn.Module.__init__(shell)  # fresh parameter, buffer, child and hook tables
+    for key, value in first.__dict__.items():
+        shell.__dict__.setdefault(key, value)  # its settings (heads, pre, patches, ...)
+    for name in first._buffers:
+        raise TypeError(f"{type(first).__name__}.{name}: a buffer outside a layer has no packed form")
+    for name, p in first._parameters.items():
+        stacked = nn.Parameter(torch.stack([getattr(m, name).detach() for m in members]))
+        shell._parameters[name] = stacked
+        swapped.append((stacked, [getattr(m, name) for m in members]))
+    for name in first._modules:
+        shell._modules[name] = _pack([m._modules[name] for m in members], swapped)
+    return shell
 
 
-class PackedRNNModel(nn.Module):
-    """The packed form of `models.RNN`: the same forward, over (S, N, ...) with per-member lengths."""
-
-    def __init__(self, members: list[RNN]):
-        super().__init__()
-        self.layers = nn.ModuleList(convert([m.layers[i] for m in members]) for i in range(len(members[0].layers)))
-        self.norms = nn.ModuleList(convert([m.norms[i] for m in members]) for i in range(len(members[0].norms)))
-        self.dropout = members[0].dropout
-        self.head = convert([m.head for m in members])
-        self.steps: list[int] | None = None  # each member's padded length, when members' batches differ in it
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
-        s, n, c, h, w = x.shape
-        seq = x.permute(0, 1, 3, 2, 4).reshape(s, n, h, c * w)  # (S, N, T=H, C*W)
-        mask = None if lengths is None else length_mask(lengths.reshape(-1), h).view(s, n, h)
-        for layer, norm in zip(self.layers, self.norms):
-            seq = norm(layer(seq, mask), mask, self.steps)
-        if lengths is None:
-            last = seq[:, :, -1]
-        else:
-            last = seq[torch.arange(s, device=x.device)[:, None], torch.arange(n, device=x.device), lengths - 1]
-        return self.head(self.dropout(last))
-
-    def unpack(self, members: list[RNN]) -> None:
-        for i, (layer, norm) in enumerate(zip(self.layers, self.norms)):
-            unpack_into(layer, [m.layers[i] for m in members])
-            unpack_into(norm, [m.norms[i] for m in members])
-        unpack_into(self.head, [m.head for m in members])
+def _pack(members: list[nn.Module], swapped: list) -> nn.Module:
+    """The packed form of S members' copies of one module; every swap is noted in `swapped`, for unpacking."""
+    first = members[0]
+    if isinstance(first, nn.Sequential):
+        return PackedSequential(members, swapped)
+    if isinstance(first, nn.ModuleList) or getattr(first, "member_axis", False):
+        return _shell(members, swapped)
+    packed = convert(members)
+    swapped.append((packed, members))
+    return packed
 
 
 def stack_batches(parts: list[tuple]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[int] | None]:
@@ -88,7 +86,7 @@ def stack_batches(parts: list[tuple]) -> tuple[torch.Tensor, torch.Tensor, torch
 
 
 class PackedModel(Members):
-    """What the engine trains for a pack: `net` is the packed network of the S member models.
+    """What the engine trains for a pack: `net` is the members' model with packed layers.
     `seeds`: the members' seeds, for evaluations that draw training batches per member (PreciseBN)."""
 
     def __init__(self, members: list[nn.Module], seeds: list[int] | None = None,
@@ -97,28 +95,27 @@ class PackedModel(Members):
         self.seeds = seeds
         self._members = tuple(members)  # not submodules: the pack's parameters are their stacked copies
         self._packs = packs
-        kind = type(members[0])
-        if kind in (MLP, CNN):
-            self.net = PackedSequential([m.net for m in members])
-        elif kind is RNN:
-            self.net = PackedRNNModel(members)
-        elif kind is Transformer:
-            self.net = PackedTransformer(members)
-        else:
-            raise TypeError(f"no packed form of {kind.__name__}")
+        if not getattr(members[0], "member_axis", False):
+            raise TypeError(f"no packed form of {type(members[0]).__name__}: its forward is not declared to run "
+                            "over a leading member axis (member_axis = True)")
+        self._swapped: list[tuple[nn.Module | nn.Parameter, list]] = []
+        self.net = _pack(members, self._swapped)
+        self._per_member = [m for m in self.net.modules() if isinstance(m, PerMember)]
         self.size = len(members)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         return self.net(x, lengths)
 
     def first_weights(self) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """Each member's first weight matrix, as `loop.first_grad_ratios` picks it in a plain model: the
+        first parameter of 2+ dimensions that belongs to a layer (the model's own free parameters are not)."""
         def first(module: nn.Module):
             if isinstance(module, PerMember):  # the members' own modules
                 params = [next((p for p in m.parameters() if p.dim() >= 2), None) for m in module.members]
                 return None if params[0] is None else [(p, p.grad) for p in params]
             own = [p for p in module.parameters(recurse=False) if p.dim() >= 2]
-            if own:  # stacked (S, ...) copies; a packed conv's are concatenated along its output channels
-                w = own[0]
+            if own and module is not self.net and not getattr(module, "member_axis", False):
+                w = own[0]  # stacked (S, ...) copies; a packed conv's are concatenated along its output channels
                 split = (lambda t: t.chunk(self.size)) if isinstance(module, PackedConv2d) else (lambda t: t.unbind(0))
                 return list(zip(split(w), split(w.grad) if w.grad is not None else [None] * self.size))
             return next((found for child in module.children() if (found := first(child))), None)
@@ -126,16 +123,20 @@ class PackedModel(Members):
         return first(self.net)
 
     def member_batches(self, batch_fn, x, y, batch_size, generators, drop_last=True, **kw):
-        """While a batch is out, the pack knows each member's padded length (for norms that count it)."""
+        """While a batch is out, the pack's per-member layers know each member's padded length."""
         streams = [batch_fn(x, y, batch_size, shuffle=True, generator=g, drop_last=drop_last, **kw)
                    for g in generators]
         try:
             for parts in zip(*streams):
                 xs, ys, lengths, padded = stack_batches(parts)
-                self.net.steps = padded
+                self._set_steps(padded)
                 yield xs, ys, lengths
         finally:
-            self.net.steps = None
+            self._set_steps(None)
+
+    def _set_steps(self, steps: list[int] | None) -> None:
+        for m in self._per_member:
+            m.steps = steps
 
     def packs(self, batch_size: int) -> bool:
         return True if self._packs is None else self._packs(batch_size)
@@ -145,11 +146,16 @@ class PackedModel(Members):
         return self._members
 
     def unpacked(self) -> tuple[nn.Module, ...]:
-        unpack(self, list(self._members))
+        unpack(self)
         return self._members
 
 
 @torch.no_grad()
-def unpack(packed: PackedModel, members: list[nn.Module]) -> None:
+def unpack(packed: PackedModel) -> None:
     """Write the pack's state into the member models, which then evaluate as separate runs' models would."""
-    packed.net.unpack([m.net for m in members] if isinstance(packed.net, PackedSequential) else members)
+    for swapped, originals in packed._swapped:
+        if isinstance(swapped, nn.Parameter):
+            for k, p in enumerate(originals):
+                p.copy_(swapped[k])
+        else:
+            unpack_into(swapped, originals)

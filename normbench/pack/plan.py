@@ -1,5 +1,6 @@
 """A pack's plan: its members, whether it is asked for rightly, and whether it trains packed.
 
+    the_plan = decide(cfg, run_dir, "cpu")  # members, groups, mode and packing rule: decided once, handed down
     validate_pack(cfg)                      # UserError (one line) for each way a pack is asked for wrongly
     members(cfg)                            # [("lr=0.001,seed=3", member config), ...]: lrs outer, seeds inner
     groups(cfg)                             # [(group config, [member index, ...]), ...]: trained as one each
@@ -12,7 +13,8 @@ the config (the device comes in as its type), so the runner plans a pack before 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -88,31 +90,31 @@ def member_values(values: Any, k: int) -> Any:
     return values[k] if isinstance(values, list) else values
 
 
-# Where `normbench bench --sections packed` measured packing faster than separate runs on the CPU
-# (docs/bench.md; MLP+BN, CNN+GN, RNN+LN on one thread): model -> (largest batch, largest batch x members).
-# Past these the work per step is large enough that one grouped convolution, or S members' hidden states in
-# one recurrence, run slower than S separate kernels.
-# The Transformer is not in it: its pack is not benchmarked on the CPU yet, so `auto` trains its members
-# one after another there (pack.mode=packed packs them; equal to separate runs, tests/test_pack.py).
-PACK_LIMITS: dict[str, tuple[int, int | None]] = {"mlp": (64, None), "cnn": (8, 40), "rnn": (8, None)}
-
-
-# The same limits on CUDA, as scripts/gpu_check.sh derives them from `normbench bench --sections packed
-# --device cuda` (bench.packed.derive_limits): {"mlp": [max batch, max batch x members or null], ...}.
-CUDA_LIMITS_FILE = Path(__file__).with_name("cuda_limits.json")
+# The packing limits, one table per kind of device: package data beside this module (pyproject.toml's
+# package-data), so a regular install carries it; `pack_limits` says what it holds and where it comes from.
+LIMITS_FILE = resources.files(__package__) / "limits.json"
 
 
 def pack_limits(device_type: str) -> dict[str, tuple[int, int | None]] | None:
-    """The measured limits for this kind of device: the CPU's above, CUDA's from CUDA_LIMITS_FILE when a
-    GPU bench has been checked in; None where nothing was measured."""
-    if device_type == "cpu":
-        return PACK_LIMITS
-    if device_type == "cuda" and CUDA_LIMITS_FILE.exists():
-        import json
+    """The measured limits for this kind of device, from LIMITS_FILE: model -> (largest batch, largest
+    batch x members or None); pack when batch <= the first and batch x members <= the second. None where
+    nothing was measured (no entry, or null, for `device_type`). The file is {"cpu": {"mlp": [64, null],
+    ...}, "cuda": null or the same, ...}.
 
-        return {k: (int(v[0]), None if v[1] is None else int(v[1]))
-                for k, v in json.loads(CUDA_LIMITS_FILE.read_text()).items()}
-    return None
+    Provenance: "cpu" is where `normbench bench --sections packed` measured packing faster than separate runs
+    (docs/bench.md, docs/packing.md; MLP+BN, CNN+GN, RNN+LN on one thread). Past these the work per step is
+    large enough that one grouped convolution, or S members' hidden states in one recurrence, run slower
+    than S separate kernels. The Transformer is not in it: its pack is not benchmarked on the CPU yet, so
+    `auto` trains its members one after another there (pack.mode=packed packs them; equal to separate runs,
+    tests/test_pack.py). "cuda" stays null until a GPU bench is checked in: scripts/gpu_check.sh derives it
+    from `normbench bench --sections packed --device cuda` (bench.packed.derive_limits) and writes this
+    file with its "cuda" entry filled in (bench.packed.with_limits) as $OUT/limits.json, to copy over it."""
+    import json
+
+    table = json.loads(LIMITS_FILE.read_text()).get(device_type)
+    if table is None:
+        return None
+    return {k: (int(v[0]), None if v[1] is None else int(v[1])) for k, v in table.items()}
 
 
 def packs_faster(cfg: Config, device_type: str = "cpu") -> bool:
@@ -122,13 +124,7 @@ def packs_faster(cfg: Config, device_type: str = "cpu") -> bool:
     packed, since there one small kernel per member leaves most of the device idle, which packing exists
     to fill."""
     size = group_size(cfg)  # with data.split=per_seed, the members of one seed
-    if size < 2:
-        return False
-    limits = pack_limits(device_type)
-    if limits is None:
-        return True
-    max_batch, max_samples = limits.get(cfg.model.name, (0, None))
-    return cfg.batch_size <= max_batch and (max_samples is None or cfg.batch_size * size <= max_samples)
+    return size >= 2 and rule_for(cfg, device_type, size)(cfg.batch_size)
 
 
 def mode_for(cfg: Config, device_type: str) -> PackMode:
@@ -140,3 +136,59 @@ def mode_for(cfg: Config, device_type: str) -> PackMode:
                  "device: scripts/gpu_check.sh writes CUDA's; set pack.mode=sequential to train members one "
                  "after another)", device_type, "every member" if len(groups(cfg)) == 1 else "each seed's members")
     return PackMode.packed if packs_faster(cfg, device_type) else PackMode.sequential
+
+
+@dataclass(frozen=True)
+class PackRule:
+    """Is an evaluation batch of this size faster through the pack than through each member alone? The
+    limits of this model on this kind of device, looked up once (None: nothing measured, always pack)."""
+    max_batch: int | None
+    max_samples: int | None
+    size: int  # the group's members
+
+    def __call__(self, batch: int) -> bool:
+        if self.max_batch is None:
+            return True
+        return batch <= self.max_batch and (self.max_samples is None or batch * self.size <= self.max_samples)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Members that train as one computation: their indices into `Plan.members`, the config that stands for
+    them, where their checkpoint goes, and the packing rule their evaluations follow."""
+    cfg: Config
+    members: list[int]
+    checkpoint_dir: Path
+    packs: PackRule
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A pack, decided once before anything is built: its members (name, config), the groups they train in
+    (one after another), and the mode. The runner hands it down; nothing below asks the planner again."""
+    members: list[tuple[str, Config]]
+    groups: list[Group]
+    mode: PackMode
+
+
+def rule_for(cfg: Config, device_type: str, size: int) -> PackRule:
+    limits = pack_limits(device_type)
+    if limits is None:
+        return PackRule(None, None, size)
+    max_batch, max_samples = limits.get(cfg.model.name, (0, None))
+    return PackRule(max_batch, max_samples, size)
+
+
+def decide(cfg: Config, run_dir: Path, device_type: str, recorded: PackMode | None = None) -> Plan:
+    """The pack's plan on this kind of device. `recorded`: the mode a pack being resumed was trained in
+    (its checkpoints are where that mode put them). Packed: each group of members sharing their data
+    (`groups`) is one computation, its checkpoint in the run directory (one group) or its first member's;
+    sequential: each member its own one-member run, checkpointed in its own directory."""
+    mode = recorded or mode_for(cfg, device_type)
+    pack = members(cfg)
+    if mode == PackMode.sequential:
+        return Plan(pack, [Group(m, [k], run_dir / name, PackRule(None, None, 1))
+                           for k, (name, m) in enumerate(pack)], mode)
+    found = groups(cfg)
+    return Plan(pack, [Group(group_cfg, ks, run_dir if len(found) == 1 else run_dir / pack[ks[0]][0],
+                             rule_for(cfg, device_type, len(ks))) for group_cfg, ks in found], mode)

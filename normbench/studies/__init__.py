@@ -1,6 +1,6 @@
 """The studies: what a regime adds to a plain training run, each in a room of its own.
 
-    study = studies.for_config(cfg)             # variable_length when cfg.varlen.enabled, else small_batch
+    study = studies.for_config(cfg)             # variable_length when cfg.varlen.enabled, else default
     study.validate(cfg)                         # its settings, checked before any data is read
     batch_fn = study.train_batches(cfg)         # the engine's training batches
     results.update(study.evaluations(model, splits, cfg))   # its extra test evaluations
@@ -14,11 +14,11 @@ from __future__ import annotations
 from types import ModuleType
 
 from normbench.config import Config
-from normbench.studies import small_batch, variable_length
+from normbench.studies import default, variable_length
 
 
 def for_config(cfg: Config) -> ModuleType:
-    return variable_length if cfg.varlen.enabled else small_batch
+    return variable_length if cfg.varlen.enabled else default
 
 
-__all__ = ["for_config", "small_batch", "variable_length"]
+__all__ = ["for_config", "default", "variable_length"]

@@ -21,16 +21,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from normbench import cells, data, precise_bn
+from normbench import data
 from normbench.config import Config
 from normbench.data import varlen
-from normbench.engine import PassClock, eval_mode, evaluate
-from normbench.members import Members
+from normbench.errors import UserError
+from normbench.models import cells
 from normbench.norms.batch_stats import BatchStatistics
 from normbench.norms.registry import TAG
-from normbench.errors import UserError
-from normbench.studies import small_batch
-
+from normbench.pack.members import Members
+from normbench.studies import default, precise_bn
+from normbench.train.evaluate import PassClock, evaluate
+from normbench.train.norm_modes import eval_mode
 
 SEQUENCE_MODELS = ("rnn", "transformer")  # they take (x, lengths) and mask what lies past each length
 
@@ -72,7 +73,7 @@ def train_batches(cfg: Config):
 
 def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, clock: PassClock | None = None) -> dict[str, Any]:
     clock = clock or PassClock()
-    out = small_batch.evaluations(model, splits, cfg, train_batches(cfg), clock)  # on the unresized test set
+    out = default.evaluations(model, splits, cfg, train_batches(cfg), clock)  # on the unresized test set
     x, y, bs, ebs, v = splits.test_x, splits.test_y, cfg.batch_size, cfg.eval_batch_size, cfg.varlen
     if bs > len(x):
         return out
@@ -83,12 +84,12 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, clock: PassC
     past = [length for length in (v.precise_bn_lengths or v.test_lengths) if length >= v.max_len]
     with clock("test_acc_by_length"):
         out["test_acc_by_length"] = {
-            str(length): evaluate(model, varlen.length_batches(x, y, length, ebs))[1] for length in v.test_lengths
+            str(length): evaluate(model, varlen.length_batches(x, y, length, ebs)).acc for length in v.test_lengths
         }
     with clock("test_acc_by_length_background"):  # the second manipulation: background rows after the image
         rows = x.shape[2]
         out["test_acc_by_length_background"] = {
-            str(length): evaluate(model, varlen.background_rows(length, background)(x, y, ebs))[1]
+            str(length): evaluate(model, varlen.background_rows(length, background)(x, y, ebs)).acc
             for length in v.test_lengths if length > rows
         }
     if precise_bn.has_running_stats(model):
@@ -97,35 +98,35 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, clock: PassC
         for length in past:
             with clock("test_acc_by_length_precise_bn"):
                 stretched = stretched_precise_bn(model, splits, cfg, length)
-                by_length[str(length)] = evaluate(stretched, varlen.length_batches(x, y, length, ebs))[1]
+                by_length[str(length)] = evaluate(stretched, varlen.length_batches(x, y, length, ebs)).acc
             if control:  # the same re-estimation, the steps before max_len given back their trained statistics
                 with clock("test_acc_by_length_precise_bn_past"):
                     cells.restore_steps(stretched, model, v.max_len)
-                    past_only[str(length)] = evaluate(stretched, varlen.length_batches(x, y, length, ebs))[1]
+                    past_only[str(length)] = evaluate(stretched, varlen.length_batches(x, y, length, ebs)).acc
         out["test_acc_by_length_precise_bn"] = by_length
         if control:
             out["test_acc_by_length_precise_bn_past"] = past_only
     derived = out.setdefault("eval_derived", {})
     with clock("test_acc_mixed"):
-        _, out["test_acc_mixed"], correct = evaluate(model, varlen.padded_batches(x, y, mixed, ebs, value=value),
-                                                     per_sample=True)
+        scores = evaluate(model, varlen.padded_batches(x, y, mixed, ebs, value=value), per_sample=True)
+        out["test_acc_mixed"], correct = scores.acc, scores.correct
     if per_token(model, RUNNING_PER_TOKEN):  # padding past a sequence's end cannot reach its answer
         out["test_acc_heavy_pad"] = out["test_acc_mixed"]
         derived["test_acc_heavy_pad"] = PADDING_FREE + " (test_acc_mixed)"
     else:
         with clock("test_acc_heavy_pad"):
             out["test_acc_heavy_pad"] = evaluate(model, varlen.padded_batches(x, y, mixed, ebs, v.heavy_pad,
-                                                                              value=value))[1]
-    padding_free = small_batch.batch_free(model) and per_token(model, PER_TOKEN)  # batch statistics too
+                                                                              value=value)).acc
+    padding_free = default.batch_free(model) and per_token(model, PER_TOKEN)  # batch statistics too
     for name, pad in (("mixed", 1.0), ("heavy_pad", v.heavy_pad)):
         if padding_free:
-            out[f"test_acc_{name}_train_mode"] = small_batch.prefix_acc(correct, len(x) // bs * bs)
-            derived[f"test_acc_{name}_train_mode"] = small_batch.BY_CONSTRUCTION + "; " + PADDING_FREE + \
+            out[f"test_acc_{name}_train_mode"] = default.prefix_acc(correct, len(x) // bs * bs)
+            derived[f"test_acc_{name}_train_mode"] = default.BY_CONSTRUCTION + "; " + PADDING_FREE + \
                 " (test_acc_mixed's pass, cut to whole batches)"
             continue
         with clock(f"test_acc_{name}_train_mode"):
             out[f"test_acc_{name}_train_mode"] = evaluate(
-                model, varlen.padded_batches(x, y, mixed, bs, pad, drop_last=True, value=value), batch_stats=True)[1]
+                model, varlen.padded_batches(x, y, mixed, bs, pad, drop_last=True, value=value), batch_stats=True).acc
     if not derived:
         out.pop("eval_derived")
     with clock("padding_shift"):
@@ -155,10 +156,10 @@ def stretched_precise_bn(model: nn.Module, splits: data.Splits, cfg: Config, len
     """A copy of `model` (the run's is kept) after PreciseBN on training images stretched to `length` rows,
     at the training batch size, every step up to `length` with statistics of its own. Every sample of a
     batch has that one length, so the pass joins batches where the norms can split their statistics
-    (`small_batch.recompute`). `cells.restore_steps(copy, model, k)` then makes the control that tells
+    (`default.recompute`). `cells.restore_steps(copy, model, k)` then makes the control that tells
     missing statistics from re-estimated ones: the steps before k back to their trained statistics."""
     stretched = copy.deepcopy(model)
-    small_batch.recompute(stretched, splits, cfg, varlen.fixed_length(length), steps=length)
+    default.recompute(stretched, splits, cfg, varlen.fixed_length(length), steps=length)
     return stretched
 
 

@@ -1,0 +1,145 @@
+"""A small Transformer encoder over FashionMNIST/CIFAR-10 images, `model=transformer`.
+
+    tokens (image rows, or 4 x 4 patches) -> linear embedding + learned positions
+    -> depth x [multi-head self-attention, MLP (2 x width, GELU)], each a residual branch
+    -> the mean of the real tokens' outputs -> dropout -> linear classifier
+
+`model.placement` puts the norm where the two conventions do (Xiong et al. 2020, arXiv 2002.04745):
+- `pre`: x + f(norm(x)) for each sublayer f, and a final norm before the pooling (GPT-2, ViT);
+- `post`: norm(x + f(x)) after each residual sum, no final norm (the original Transformer, BERT).
+`model.qk_norm=ln` (or rms, dyt) normalizes each head's queries and keys over the head's features before
+their dot products (QK-layernorm: Dehghani et al. 2023, arXiv 2302.05442; Wortsman et al. 2023, arXiv
+2309.14322), whatever `norm` is; `none` leaves them as they are.
+
+Every norm comes from the catalog on the "seq" layout and gets the padding mask, so with variable
+lengths a padded token enters neither attention (keys are masked), nor any norm's statistics, nor the
+pooling. The positions are a learned table of `MAX_TOKENS`, so sequences up to that length (past the
+trained one too) have positions to read; padding past it (heavy padding of short sequences) gets none, as
+nothing reads it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normbench import norms
+from normbench.config import ModelConfig
+from normbench.errors import UserError
+from normbench.models import cells
+from normbench.norms import NormFactory
+
+MAX_TOKENS = 64  # the learned position table's length
+PATCH = 4  # model.tokens=patches: 4 x 4 pixels a token
+MLP_RATIO = 2  # the MLP's hidden width over the model's (ViT and BERT use 4; with 2 a default run took 180 s here)
+
+
+def image_tokens(x: torch.Tensor, patches: bool) -> torch.Tensor:
+    """(N, C, H, W) -> (N, T, features): rows (T = H), or 4 x 4 patches in raster order."""
+    n, c, h, w = x.shape
+    if patches:
+        return F.unfold(x, PATCH, stride=PATCH).transpose(1, 2)
+    return x.permute(0, 2, 1, 3).reshape(n, h, c * w)
+
+
+def positions_for(table: torch.Tensor, t: int, lengths: torch.Tensor | None) -> torch.Tensor:
+    """The first `t` rows of a learned position table (..., MAX_TOKENS, C); padding past the table (heavy
+    padding of short sequences) gets zeros, as nothing reads it. More than MAX_TOKENS real tokens is a
+    user error: they would have no positions. A plain model and a pack (one table per member) share this."""
+    if t <= MAX_TOKENS:
+        return table[..., :t, :]
+    longest = t if lengths is None else int(lengths.max())  # a host sync only past the table
+    if longest > MAX_TOKENS:
+        raise UserError(f"{longest} tokens is more than the transformer's {MAX_TOKENS} learned positions",
+                        "use shorter sequences, or model.tokens=rows")
+    return F.pad(table, (0, 0, 0, t - MAX_TOKENS))
+
+
+class Block(nn.Module):
+    """One encoder block: attention then MLP, each a residual branch with its norm before (pre) or after
+    the residual sum (post)."""
+
+    member_axis = True  # its forward indexes from the end: a pack may swap its layers (normbench.pack)
+
+    def __init__(self, width: int, heads: int, make: NormFactory, pre: bool, qk_norm: str = "none"):
+        super().__init__()
+        self.heads, self.pre = heads, pre
+        self.attn_norm, self.mlp_norm = make(width, "seq"), make(width, "seq")
+        self.qk = qk_norm != "none"
+        if self.qk:  # one norm over the head's features, shared by the heads (as the papers' QK-layernorm)
+            self.q_norm, self.k_norm = (norms.create(qk_norm, width // heads, "seq") for _ in range(2))
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.mlp = nn.Sequential(nn.Linear(width, MLP_RATIO * width), nn.GELU(), nn.Linear(MLP_RATIO * width, width))
+
+    def attend(self, z: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        *lead, t, d = z.shape  # lead: (N,), or (S, N) in a pack
+        h = self.heads
+        q, k, v = self.qkv(z).view(-1, t, 3, h, d // h).permute(2, 0, 3, 1, 4)  # each (N, heads, T, d/heads)
+        if self.qk:  # each token's head vector on its own (batch-free norms only), as (..., N * heads, T, d/heads)
+            q = self.q_norm(q.reshape(*lead[:-1], -1, t, d // h)).view(q.shape)
+            k = self.k_norm(k.reshape(*lead[:-1], -1, t, d // h)).view(k.shape)
+        keys = None if mask is None else mask.reshape(-1, 1, 1, t)  # True: a real token, attended to
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=keys)
+        return self.proj(out.transpose(1, 2).reshape(*lead, t, d))
+
+    def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.pre:
+            z = z + self.attend(self.attn_norm(z, mask), mask)
+            return z + self.mlp(self.mlp_norm(z, mask))
+        z = self.attn_norm(z + self.attend(z, mask), mask)
+        return self.mlp_norm(z + self.mlp(z), mask)
+
+
+class Transformer(nn.Module):
+    member_axis = True  # its forward indexes from the end: a pack may swap its layers (normbench.pack)
+
+    def __init__(self, cfg: ModelConfig, make: NormFactory, in_shape, num_classes: int):
+        super().__init__()
+        c, h, w = in_shape
+        width, heads = cfg.hidden, cfg.heads
+        if cfg.placement not in ("pre", "post"):
+            raise UserError(f"model.placement={cfg.placement} is an RNN's; the transformer puts its norms pre or post",
+                            "use model.placement=pre or post")
+        if width % heads:
+            raise UserError(f"model.hidden={width} does not split into model.heads={heads} heads",
+                            f"choose heads that divide {width}, e.g. model.heads=4")
+        if make.reparameterizes:
+            raise UserError(f"{make.name} reparameterizes the layer before it, and the transformer's layers are "
+                            "attention and MLP projections it does not build through the norm",
+                            "use a norm on the tokens: ln, rms, dyt, bn, none, ...")
+        qk_norm = (cfg.qk_norm or "none").lower()
+        free = norms.batch_free_names(["seq"], own_layer=True)
+        if qk_norm != "none" and qk_norm not in free:
+            raise UserError(f"model.qk_norm={cfg.qk_norm} is not a batch-free norm on tokens (a query's or key's "
+                            "head vector is normalized on its own)", f"use one of: none, {', '.join(free)}")
+        self.patches = cfg.tokens == "patches"
+        if self.patches and (h % PATCH or w % PATCH):
+            raise UserError(f"{h}x{w} images do not split into {PATCH}x{PATCH} patches", "use model.tokens=rows")
+        self.embed = nn.Linear(c * PATCH * PATCH if self.patches else c * w, width)
+        self.positions = nn.Parameter(torch.randn(MAX_TOKENS, width) * 0.02)
+        self.blocks = nn.ModuleList(Block(width, heads, make, cfg.placement == "pre", qk_norm)
+                                    for _ in range(cfg.depth))
+        self.final = make(width, "seq") if cfg.placement == "pre" else cells.Passthrough()
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.head = nn.Linear(width, num_classes)
+
+    def tokens(self, x: torch.Tensor) -> torch.Tensor:
+        return image_tokens(x, self.patches)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        if lengths is not None and self.patches:
+            raise UserError("variable lengths count image rows, and model.tokens=patches makes tokens of 4 x 4 "
+                            "patches", "use model.tokens=rows with variable lengths")
+        *lead, c, h, w = x.shape  # lead: (N,), or (S, N) in a pack
+        seq = self.tokens(x.reshape(-1, c, h, w))
+        t = seq.shape[1]
+        seq = seq.view(*lead, t, -1)
+        mask = None if lengths is None else torch.arange(t, device=x.device) < lengths[..., None]
+        z = self.embed(seq) + positions_for(self.positions, t, lengths).unsqueeze(-3)  # each sample's tokens
+        for block in self.blocks:
+            z = block(z, mask)
+        z = self.final(z, mask)
+        pooled = z.mean(-2) if mask is None else (z * mask[..., None]).sum(-2) / mask.sum(-1, keepdim=True)
+        return self.head(self.dropout(pooled))

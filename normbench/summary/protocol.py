@@ -1,0 +1,304 @@
+"""The confirmatory protocol: one family of primary claims, tested at planned looks with α spent across them
+(docs/protocol.md states it for a reviewer; normbench/configs/protocol.yaml declares its numbers).
+
+    proto = load()                                   # α, looks, spending rule, widening limit, the family
+    proto.levels                                     # α_r of each look (their sum is α)
+    step = look(pvalues_by_claim, index, state, proto)   # one look: decisions, what stays undecided
+    step.undecided; cells_to_train(step, claims_by_key)  # what the next round trains
+    round_seeds(proto, index + 1); finished(step, proto)  # its seeds; whether the study may stop
+    widen(chosen, read_cells, declared_grids, proto.widen_limit)   # lr grids to extend before a look counts
+
+The family is every shipped experiment's claim marked `role: primary` (normbench/configs/experiment/*.yaml),
+each with two hypotheses: the claim's alternative and its opposite. At look r (the first `looks[r]` pairs
+of seeds), each claim that has those pairs and is still undecided gives its two p-values; every other
+member of the family counts with p = 1 (untested, not yet run, or decided earlier). Holm's step-down
+(Holm 1979) over the whole family of 2 m hypotheses at the look's level α_r decides: held (the claim's
+hypothesis rejected), refuted (its opposite), else undecided. A decided claim stays decided.
+
+Why the family-wise error over all looks is at most α: at one look, Holm over 2 m valid p-values rejects a
+true null with probability at most α_r whatever the other hypotheses are; replacing some p-values by 1 only
+removes rejections (Holm is monotone), so leaving decided or untested claims at p = 1 keeps that bound.
+Over the looks, a false verdict anywhere is the union of the looks' events: at most the sum of the α_r,
+which is α (a union bound: it ignores the looks' correlation, so it is conservative).
+
+The levels: `bonferroni` splits α evenly over the K looks; `obrien_fleming` is Lan & DeMets' (1983)
+spending function of O'Brien-Fleming type, α(t) = 2 − 2Φ(z_{α/2} / √t), with t_r = looks[r] / looks[-1]
+the information fraction; look r is tested at the increment α(t_r) − α(t_{r−1}), used as a level on its
+own (valid by the union bound above, so more conservative than the usual group-sequential boundary, which
+also credits the looks' correlation).
+
+The t-test decides (its p-values enter Holm); the exact sign-flip test runs over the same 2 m hypotheses at
+the same level, and a verdict `rests on` the exact test when it too rejects (the verdict does not need
+normality), on the t-test otherwise. `decide` is the vectorized core that `look` calls: the simulation in
+tests/test_protocol.py runs it on 10,000 synthetic families at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from normbench.errors import UserError
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+PATH = CONFIGS / "protocol.yaml"
+EXPERIMENTS = CONFIGS / "experiment"
+SPENDING = ("obrien_fleming", "bonferroni")
+ROLES = ("primary", "exploratory")
+
+Key = tuple[str, str]  # (study, claim name): a member of the family
+
+
+@dataclass(frozen=True)
+class Protocol:
+    alpha: float = 0.05
+    looks: tuple[int, ...] = (3, 5, 10)  # pairs (seeds) at each planned look
+    spending: str = "obrien_fleming"
+    widen_limit: int = 2  # lr grid values a study may add beyond the declared grid, per cell and side
+    family: tuple[Key, ...] = ()  # every primary claim, in declaration order
+
+    def __post_init__(self) -> None:
+        if self.spending not in SPENDING:
+            raise UserError(f"protocol: spending={self.spending!r}", f"use one of: {', '.join(SPENDING)}")
+        if not self.looks or list(self.looks) != sorted(set(self.looks)) or self.looks[0] < 2:
+            raise UserError(f"protocol: looks={list(self.looks)} must increase, from 2 pairs or more",
+                            "e.g. looks: [3, 5, 10]")
+        if not 0 < self.alpha < 1:
+            raise UserError(f"protocol: alpha={self.alpha} is not in (0, 1)", "e.g. alpha: 0.05")
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        return levels(self.alpha, self.looks, self.spending)
+
+    def with_members(self, keys) -> Protocol:
+        """The protocol whose family also holds `keys` (a summary's own primary claims beyond the shipped
+        ones: more hypotheses, a more conservative family, never a smaller one)."""
+        extra = tuple(k for k in dict.fromkeys(keys) if k not in set(self.family))
+        return replace(self, family=self.family + extra) if extra else self
+
+    def describe(self) -> dict[str, Any]:
+        return {"alpha": self.alpha, "looks": list(self.looks), "spending": self.spending,
+                "levels": [float(f"{a:.6g}") for a in self.levels], "widen_limit": self.widen_limit,
+                "family": [list(k) for k in self.family], "hypotheses": 2 * len(self.family)}
+
+
+def _phi(z: float) -> float:
+    return 0.5 * math.erfc(-z / math.sqrt(2))
+
+
+def _z(q: float) -> float:
+    """The standard normal's q-quantile."""
+    from scipy.special import ndtri
+
+    return float(ndtri(q))
+
+
+def obrien_fleming(alpha: float, t: float) -> float:
+    """Lan & DeMets' O'Brien-Fleming-type spending function: the α spent by information fraction t,
+    α(t) = 2 − 2Φ(z_{1−α/2} / √t); α(0) = 0, α(1) = α."""
+    if t <= 0:
+        return 0.0
+    return 2.0 - 2.0 * _phi(_z(1 - alpha / 2) / math.sqrt(t))
+
+
+def levels(alpha: float, looks, spending: str) -> tuple[float, ...]:
+    """The level of each look: α/K each (bonferroni), or the spending function's increments; they sum to α."""
+    looks = list(looks)
+    if spending == "bonferroni":
+        return tuple(alpha / len(looks) for _ in looks)
+    spent = [obrien_fleming(alpha, n / looks[-1]) for n in looks]
+    spent[-1] = alpha  # exactly, not 2 − 2Φ(z) rounded
+    return tuple(b - a for a, b in zip([0.0, *spent[:-1]], spent))
+
+
+def shipped_family(experiments: Path = EXPERIMENTS) -> tuple[Key, ...]:
+    """(study, name) of every claim the shipped experiments mark `role: primary`, in file order."""
+    import yaml
+
+    out = []
+    for path in sorted(experiments.glob("*.yaml")):
+        for item in yaml.safe_load(path.read_text()).get("claims") or []:
+            if isinstance(item, dict) and item.get("role") == "primary":
+                out.append((path.stem, str(item["name"])))
+    return tuple(out)
+
+
+@lru_cache(maxsize=4)
+def load(path: Path = PATH, experiments: Path = EXPERIMENTS) -> Protocol:
+    """The declared protocol: its numbers from protocol.yaml, its family from the experiments' primary claims."""
+    import yaml
+
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    unknown = set(raw) - {"alpha", "looks", "spending", "widen_limit"}
+    if unknown:
+        raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}",
+                        "use alpha, looks, spending, widen_limit")
+    return Protocol(float(raw.get("alpha", 0.05)), tuple(int(n) for n in raw.get("looks", (3, 5, 10))),
+                    str(raw.get("spending", "obrien_fleming")), int(raw.get("widen_limit", 2)),
+                    shipped_family(Path(experiments)))
+
+
+# --- one look -------------------------------------------------------------------------------------------
+
+def decide(p_for, p_against, level: float, decided=None, exact_for=None, exact_against=None) -> dict:
+    """One look at many families at once. `p_for`, `p_against`: arrays (..., m), each member's t-test p
+    of its hypothesis and of the opposite one (1 where untested); `decided`: bool (..., m), members decided
+    at an earlier look (they count with p = 1 and are not decided again). Holm over the 2 m hypotheses at
+    `level`. Returns arrays (..., m): held, refuted (new decisions only), p_holm, p_refute_holm (Holm-adjusted)
+    and, given the exact p's, p_exact_holm, p_exact_refute_holm, and exact (the exact test also rejects
+    the decided direction at `level`)."""
+    import numpy as np
+
+    from normbench.summary import stats
+
+    p_for, p_against = np.asarray(p_for, dtype=np.float64), np.asarray(p_against, dtype=np.float64)
+    m = p_for.shape[-1]
+    open_ = np.ones(p_for.shape, dtype=bool) if decided is None else ~np.asarray(decided, dtype=bool)
+
+    def adjusted(a, b):
+        both = np.concatenate([np.where(open_, a, 1.0), np.where(open_, b, 1.0)], axis=-1)
+        both = np.where(np.isnan(both), 1.0, both)
+        adj = stats.holm_adjust(both)
+        return adj[..., :m], adj[..., m:]
+
+    adj_for, adj_against = adjusted(p_for, p_against)
+    held = open_ & (adj_for < level)
+    refuted = open_ & ~held & (adj_against < level)
+    out = {"held": held, "refuted": refuted, "p_holm": adj_for, "p_refute_holm": adj_against}
+    if exact_for is not None:
+        e_for, e_against = adjusted(np.asarray(exact_for, dtype=np.float64),
+                                    np.asarray(exact_against, dtype=np.float64))
+        out.update(p_exact_holm=e_for, p_exact_refute_holm=e_against,
+                   exact=(held & (e_for < level)) | (refuted & (e_against < level)))
+    return out
+
+
+@dataclass(frozen=True)
+class Pvalues:
+    """A claim's tests at one look: the t-test and the exact test, of its hypothesis and of the opposite."""
+    p: float
+    p_against: float
+    p_exact: float | None = None
+    p_exact_against: float | None = None
+    n: int = 0  # pairs the look read
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: str  # held | refuted
+    look: int  # the look (0-based) that decided it
+    rests_on: str  # "exact" (the exact test rejects too) | "t-test" (the verdict needs the t-test's normality)
+    p_holm: float  # the decided hypothesis's Holm-adjusted t-test p at that look
+    level: float  # that look's α_r
+
+
+@dataclass
+class Look:
+    index: int
+    level: float
+    decisions: dict[Key, Decision]  # every decision so far (the state the next look takes)
+    new: list[Key]  # decided at this look
+    undecided: list[Key]  # members still undecided after it (tested here or not)
+    adjusted: dict[Key, dict[str, float]] = field(default_factory=dict)  # tested here: Holm-adjusted p's
+
+
+def look(tested: dict[Key, Pvalues], index: int, state: dict[Key, Decision], proto: Protocol) -> Look:
+    """Look `index` of the protocol: `tested` holds the p-values of the members tested at this look (their
+    first looks[index] pairs); the family's other members count with p = 1; `state` is the decisions of the
+    earlier looks, which stay. A pure function: the same inputs give the same decisions."""
+    import numpy as np
+
+    if not 0 <= index < len(proto.looks):
+        raise ValueError(f"look {index}: the protocol plans {len(proto.looks)} looks")
+    family = list(proto.family)
+    if stray := [k for k in tested if k not in set(family)]:
+        raise ValueError(f"not members of the family: {stray}")
+    level = proto.levels[index]
+    m = len(family)
+    p_for, p_against, e_for, e_against = (np.ones(m) for _ in range(4))
+    for i, key in enumerate(family):
+        if key in tested:
+            t = tested[key]
+            p_for[i], p_against[i] = t.p, t.p_against
+            e_for[i] = 1.0 if t.p_exact is None else t.p_exact
+            e_against[i] = 1.0 if t.p_exact_against is None else t.p_exact_against
+    decided = np.array([k in state for k in family], dtype=bool)
+    out = decide(p_for, p_against, level, decided, e_for, e_against)
+    decisions = dict(state)
+    new = []
+    for i, key in enumerate(family):
+        if out["held"][i] or out["refuted"][i]:
+            held = bool(out["held"][i])
+            decisions[key] = Decision("held" if held else "refuted", index, "exact" if out["exact"][i] else "t-test",
+                                      float(out["p_holm" if held else "p_refute_holm"][i]), level)
+            new.append(key)
+    adjusted = {k: {name: float(out[name][i]) for name in
+                    ("p_holm", "p_refute_holm", "p_exact_holm", "p_exact_refute_holm")}
+                for i, k in enumerate(family) if k in tested}
+    return Look(index, level, decisions, new, [k for k in family if k not in decisions], adjusted)
+
+
+def round_seeds(proto: Protocol, index: int) -> range:
+    """The seeds round `index` trains: those its look reads beyond the previous look's (0-2, then 3-4, ...)."""
+    return range(proto.looks[index - 1] if index else 0, proto.looks[index])
+
+
+def finished(step: Look, proto: Protocol, members=None) -> str | None:
+    """Why a study may stop after `step` (None: it goes on): every member of `members` (default: the whole
+    family) decided, or the last planned look taken. (A spent budget is the study command's to say.)"""
+    members = set(proto.family if members is None else members)
+    if not members & set(step.undecided):
+        return "every primary claim is decided"
+    if step.index == len(proto.looks) - 1:
+        return f"the last look ({proto.looks[-1]} pairs) has been taken"
+    return None
+
+
+def cells_to_train(step: Look, claims_by_key: dict[Key, Any]) -> list[dict[str, Any]]:
+    """The selectors of the cells the next round trains: both sides of every undecided member it knows
+    (claims.Claim by key), each once; a decided claim's cells are not trained again."""
+    out: list[dict[str, Any]] = []
+    for key in step.undecided:
+        claim = claims_by_key.get(key)
+        if claim is None:
+            continue
+        for side in (claim.a, claim.b):
+            sel = {k: v for k, v in side.items() if k != "metric"}
+            if sel not in out:
+                out.append(sel)
+    return out
+
+
+# --- lr grids widened before a look counts ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Widening:
+    cell: tuple  # select.py's cell key
+    side: str  # "low" | "high"
+    value: float  # the next grid value on that side
+    added: int  # values already added beyond the declared grid on that side
+    at_limit: bool  # the limit is reached: nothing more is trained there, the look counts as it is
+
+
+def widen(chosen: dict, cells, declared: dict | list | None, limit: int) -> list[Widening]:
+    """For each cell in `cells` (those the undecided primary claims read) whose lr choice (select.choose)
+    sits at an edge of its grid: the next grid value on that side (select.py's spacing), unless `limit`
+    values were already added beyond the declared grid there (`declared`: cell -> its declared grid, or one
+    grid for all; None: the cell's grid is the declared one). Cells at the limit are listed with at_limit."""
+    from normbench.summary.select import _next
+
+    out = []
+    for cell in sorted((c for c in chosen if c in set(cells)), key=str):
+        c = chosen[cell]
+        if len(c.grid) < 2 or not all(isinstance(v, (int, float)) for v in c.grid):
+            continue
+        base = declared.get(cell, c.grid) if isinstance(declared, dict) else (declared or c.grid)
+        for side, at in (("low", c.low_edge), ("high", c.high_edge)):
+            if not at:
+                continue
+            added = sum(v < min(base) for v in c.grid) if side == "low" else sum(v > max(base) for v in c.grid)
+            out.append(Widening(cell, side, float(_next(list(c.grid), side == "high")), added, added >= limit))
+    return out

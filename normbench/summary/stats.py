@@ -1,0 +1,203 @@
+"""The statistics of a summary: Student-t intervals, paired t-tests and Holm's correction, and the tests
+of a declared claim (one-sided t, TOST, the exact sign-flip test, a bootstrap interval).
+
+    lo, hi = t_interval([0.84, 0.85, 0.83])              # 95% CI of the mean
+    d = paired([0.84, 0.85, 0.83], [0.80, 0.83, 0.79])    # mean difference a - b, its CI, p
+    adjusted = holm([0.01, 0.04, 0.03])                   # family-wise error control
+    p = t_test(diffs, "greater", margin=0.0)              # H1: mean > margin (paired: diffs = a - b)
+    p = t_test(diffs, "equivalent", margin=0.01)          # TOST, H1: |mean| < margin
+    p = sign_flip(diffs, "greater")                       # the same hypothesis, exact, no normality
+
+The t distribution comes from scipy.special (stdtr/stdtrit: the CDF and its inverse), not scipy.stats,
+which takes a second to import; the tests compare every number with scipy.stats and textbook values.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+LEVEL = 0.95  # confidence level of every interval, and 1 - alpha of every test
+
+
+def t_quantile(q: float, df: int) -> float:
+    from scipy.special import stdtrit
+
+    return float(stdtrit(df, q))
+
+
+def t_interval(values: list[float], level: float = LEVEL) -> tuple[float, float] | None:
+    """The `level` confidence interval of the mean of `values` (Student t, n - 1 degrees of freedom);
+    None for fewer than two values, where it is undefined."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean, sd = statistics.fmean(values), statistics.stdev(values)
+    half = t_quantile(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
+    return mean - half, mean + half
+
+
+@dataclass
+class Paired:
+    """The per-seed differences a - b of two cells."""
+    n: int  # pairs (seeds present in both)
+    mean: float  # mean difference
+    ci: tuple[float, float] | None  # its t-interval
+    p: float | None  # two-sided paired t-test (None below two pairs)
+    seeds: list[int]
+
+
+def paired(a: list[float], b: list[float], seeds: list[int] | None = None, level: float = LEVEL) -> Paired:
+    """Paired comparison of equally long, aligned `a` and `b`: the two-sided paired t-test. A zero-variance
+    difference has no t statistic: the exact two-sided sign-flip p answers (2 x 2^-n when every seed agrees
+    on a nonzero difference, 1 when it is zero), as the claims' t_test does, never p = 0."""
+    if len(a) != len(b):
+        raise ValueError("paired samples must have the same length")
+    d = [x - y for x, y in zip(a, b)]
+    n = len(d)
+    mean = statistics.fmean(d) if d else math.nan
+    p = None
+    if n >= 2:
+        sd = statistics.stdev(d)
+        if sd == 0:
+            p = 1.0 if mean == 0 else min(1.0, 2 * sign_flip(d, "greater" if mean > 0 else "less"))
+        else:
+            from scipy.special import stdtr
+
+            t = mean / (sd / math.sqrt(n))
+            p = float(2 * stdtr(n - 1, -abs(t)))
+    return Paired(n, mean, t_interval(d, level), p, list(seeds or range(n)))
+
+
+def holm(pvalues: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values (Holm 1979), in the input order; None entries are kept as
+    None and do not count in the family."""
+    idx = sorted((i for i, p in enumerate(pvalues) if p is not None), key=lambda i: pvalues[i])
+    m = len(idx)
+    out: list[float | None] = [None] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(idx):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))  # monotone: never below a smaller p's
+        out[i] = running
+    return out
+
+
+def holm_adjust(p):
+    """Holm's adjusted p-values over the last axis of an array (..., k): `holm` for many families at once
+    (every entry counts; give an untested hypothesis p = 1)."""
+    import numpy as np
+
+    p = np.asarray(p, dtype=np.float64)
+    k = p.shape[-1]
+    order = np.argsort(p, axis=-1, kind="stable")
+    ranked = np.take_along_axis(p, order, axis=-1)
+    adjusted = np.maximum.accumulate(np.minimum(1.0, (k - np.arange(k)) * ranked), axis=-1)
+    out = np.empty_like(adjusted)
+    np.put_along_axis(out, order, adjusted, axis=-1)
+    return out
+
+
+EXPECT = ("greater", "less", "equivalent")
+
+
+def t_test(d: list[float], expect: str, margin: float = 0.0) -> float | None:
+    """The one-sample t-test of the differences `d` (a - b, paired) for the alternative `expect`:
+    greater: mean > margin; less: mean < margin; equivalent: -margin < mean < margin, by two one-sided tests
+    (TOST, Schuirmann 1987: the larger of the two p-values). None below two values. With zero variance
+    (every pair the same difference) t is not defined, and the exact sign-flip p answers instead."""
+    if len(d) < 2:
+        return None
+    return float(t_pvalues(d, expect, margin))
+
+
+def t_pvalues(d, expect: str, margin: float = 0.0):
+    """`t_test` over the last axis of an array (..., n), n >= 2: one p per row, computed at once (the
+    protocol's simulation feeds it thousands of synthetic claims; `t_test` is this on one row). A row with
+    zero variance gets the exact sign-flip p of the same hypothesis, never p = 0."""
+    import numpy as np
+    from scipy.special import stdtr
+
+    x = np.asarray(d, dtype=np.float64)
+    n = x.shape[-1]
+    if n < 2:
+        raise ValueError("a t-test needs two values or more")
+    if expect == "equivalent":
+        return np.maximum(t_pvalues(x, "greater", -margin), t_pvalues(x, "less", margin))
+    if expect not in ("greater", "less"):
+        raise ValueError(f"expect must be one of {EXPECT}, not {expect!r}")
+    mean, sd = x.mean(axis=-1), x.std(axis=-1, ddof=1)
+    flat = np.all(x == x[..., :1], axis=-1)  # exactly: a float mean of equal values can leave sd at 1e-17
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = (mean - margin) / (sd / math.sqrt(n))
+    p = stdtr(n - 1, -t if expect == "greater" else t)  # P(T > t) or P(T < t)
+    if np.any(flat):  # t is infinite or undefined: the exact test of the same hypothesis (p >= 2^-n), not p = 0
+        p = np.where(flat, sign_flip_many(x, expect, margin), p)
+    return p
+
+
+def opposite(expect: str, margin: float) -> list[tuple[str, float]]:
+    """The alternatives that would refute `expect`: greater than the margin -> less than it (and the other
+    way); equivalent within +-margin -> greater than +margin, or less than -margin."""
+    if expect == "equivalent":
+        return [("greater", margin), ("less", -margin)]
+    return [("less" if expect == "greater" else "greater", margin)]
+
+
+EXACT_LIMIT = 20  # up to 2^20 sign patterns are enumerated; beyond, a seeded sample of them
+
+
+def sign_flip(d: list[float], expect: str, margin: float = 0.0, draws: int = 200_000) -> float | None:
+    """The sign-flip (randomization) test of the same hypothesis as `t_test`, exact for up to EXACT_LIMIT
+    values: under H0 the differences from the margin are symmetric about 0, so each of the 2^n sign
+    patterns is equally likely; p is the share of patterns whose mean is at least as extreme as the
+    observed one (the observed pattern counts, so p >= 2^-n). For `equivalent`, the larger of the two
+    one-sided p-values, as in TOST. None for no values."""
+    if len(d) == 0:
+        return None
+    return float(sign_flip_many(d, expect, margin, draws))
+
+
+def sign_flip_many(d, expect: str, margin: float = 0.0, draws: int = 200_000, chunk: int = 1 << 22):
+    """`sign_flip` over the last axis of an array (..., n): one p per row. Up to EXACT_LIMIT values every
+    sign pattern is enumerated; beyond, `draws` patterns from a fixed seed (the observed one counts once)."""
+    import numpy as np
+
+    x = np.asarray(d, dtype=np.float64)
+    n = x.shape[-1]
+    if expect == "equivalent":
+        return np.maximum(sign_flip_many(x, "greater", -margin, draws), sign_flip_many(x, "less", margin, draws))
+    if expect not in ("greater", "less"):
+        raise ValueError(f"expect must be one of {EXPECT}, not {expect!r}")
+    x = x - margin
+    if expect == "less":
+        x = -x
+    observed = x.sum(axis=-1)
+    tol = 1e-12 * np.maximum(1.0, np.abs(observed))
+    if n <= EXACT_LIMIT:  # every pattern, once
+        signs = (1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)).astype(np.float64)
+    else:
+        signs = np.random.default_rng(0).choice([-1.0, 1.0], size=(draws, n))
+    rows = x.reshape(-1, n)
+    count = np.empty(len(rows))
+    step = max(1, chunk // len(signs))  # rows per block, so a block holds about `chunk` sums
+    limit = (observed - tol).reshape(-1)
+    for i in range(0, len(rows), step):
+        count[i:i + step] = np.sum(rows[i:i + step] @ signs.T >= limit[i:i + step, None], axis=-1)
+    p = count / len(signs) if n <= EXACT_LIMIT else (count + 1) / (draws + 1)
+    return p.reshape(observed.shape)
+
+
+def bootstrap_interval(d: list[float], level: float = LEVEL, resamples: int = 10_000,
+                       seed: int = 0) -> tuple[float, float] | None:
+    """The percentile bootstrap interval of the mean of `d` (Efron 1979): the (1 - level)/2 and
+    (1 + level)/2 quantiles of the means of `resamples` resamples with replacement, from a fixed seed so
+    a summary is reproducible. None below two values."""
+    import numpy as np
+
+    if len(d) < 2:
+        return None
+    x = np.asarray(d, dtype=np.float64)
+    means = x[np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)

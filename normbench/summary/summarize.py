@@ -1,0 +1,141 @@
+"""`normbench summarize PATH`: the results.json files of a sweep (or of all of outputs/) -> the verdicts of
+its declared claims, then tables with 95% intervals and paired comparisons, accuracy against lr with each
+configuration's lr sensitivity (where lr varies), as CSV, JSON, Markdown, one HTML page, plots and
+TensorBoard runs.
+
+    normbench summarize outputs/multirun/2025-01-01/12-00-00
+    normbench summarize outputs --out reports/ --ref gn   # every run under outputs/, compared with gn
+    normbench summarize SWEEP --select lr                  # the best lr per cell, chosen on validation
+    normbench summarize SWEEP --claims claims.yaml         # test these claims (normbench/summary/claims.py)
+
+Runs are grouped by (study, data, model, norm label, column); the norm label is the norm's name plus
+every other setting that varies between runs of the same model (norm.masked, model.placement, lr, ...),
+so only runs that differ by seed alone are pooled. Columns are batch sizes, or test lengths for the
+variable-length study. Each cell: n, mean, its 95% t-interval; each norm against the reference by
+per-seed (paired) differences, Holm-corrected within a table. Failed, diverged, incomplete and
+unreadable run directories are listed apart, never fatal.
+
+The flow, a module each: runs.py (find the runs, what each reports) -> labels.py (what tells them apart,
+the sweep's axes) -> tables.py (tables, budgets, paired tests) -> this module (compute, the files, the
+command line). It only computes (a `Summary`); report.py, plots.py, html_report.py and tensorboard.py
+show it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from normbench.errors import UserError
+from normbench.results import atomic_write_text
+from normbench.summary.discover import costs, find_runs
+from normbench.summary.labels import label_runs, sweep_axes
+from normbench.summary.lr_sensitivity import lr_curves
+from normbench.summary.tables import build_tables
+from normbench.summary.types import Summary
+
+
+def compute(root: Path, ref: str = "bn", select: str | None = None, claims_file: Path | None = None,
+            protocol=None) -> Summary:
+    """Read every run under `root`, compute the tables and test the claims (those in `claims_file`, else
+    those the runs' experiments declared) under `protocol` (default: the declared one, protocol.load());
+    raises UserError for a path without runs."""
+    from normbench.summary import claims as claiming
+    from normbench.summary import protocol as protocols
+
+    root = Path(root)
+    if not root.is_dir():
+        raise UserError(f"{root} is not a directory", "give a sweep directory, e.g. outputs/multirun/<date>/<time>")
+    declared = claiming.load_file(claims_file) if claims_file is not None else None  # a bad file fails first
+    runs = find_runs(root)
+    if not runs:
+        raise UserError(f"no runs under {root} (no results.json, no Hydra run directory)",
+                        "point it at a sweep directory or at outputs/")
+    varied, constant = sweep_axes(runs)
+    extensions: list[str] = []
+    if select is None:
+        kept = runs
+        tables = build_tables(runs, label_runs(runs), ref)
+    else:  # one value of `select` per cell and seed, chosen on the other seeds' validation accuracy
+        from normbench.summary import select as selection
+
+        if select not in varied:
+            raise UserError(f"--select {select}: the runs do not vary {select}",
+                            f"sweep it, e.g. {select}=1e-3,3e-3,1e-2")
+        labels = label_runs(runs, pooled=frozenset({select}))
+        chosen = selection.choose(runs, select, labels)
+        kept = [r for r in runs if selection.kept_by(chosen, r, labels, select)]
+        tables = build_tables(kept, labels, ref)
+        selection.annotate(tables, chosen, select)
+        extensions = selection.extensions(chosen, runs, labels, select, root)
+    proto = protocols.load() if protocol is None else protocol
+    tested = claiming.test(declared if declared is not None else claiming.declared(runs), kept, runs, proto)
+    family = proto.with_members(r.claim.key for r in tested if r.role == "primary")
+    curves = lr_curves(runs, label_runs(runs, pooled=frozenset({"lr"}))) if "lr" in varied else []
+    return Summary(root, runs, tables, varied, constant, ref, tested, extensions, costs(runs), curves,
+                   family.describe() if tested else {})
+
+
+def write_files(s: Summary, out: Path, plots: bool = True) -> dict[str, Path]:
+    """summary.csv, summary_paired.csv, summary.json, summary.md, summary.html, and claims.csv where claims
+    were tested; with `plots`, the PNG figures (also inline in the HTML page) and TensorBoard's summary runs
+    under out/summary/."""
+    from normbench.summary.show import html_report, report
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"csv": out / "summary.csv", "paired_csv": out / "summary_paired.csv", "json": out / "summary.json",
+             "md": out / "summary.md", "html": out / "summary.html"}
+    atomic_write_text(files["csv"], report.to_csv(s.tables))
+    atomic_write_text(files["paired_csv"], report.to_paired_csv(s.tables))
+    atomic_write_text(files["json"], report.to_json(s))
+    if s.claims:
+        files["claims_csv"] = out / "claims.csv"
+        atomic_write_text(files["claims_csv"], report.to_claims_csv(s))
+    else:  # no claims: no header-only file, and none left from an earlier summary with claims
+        (out / "claims.csv").unlink(missing_ok=True)
+    figures, svgs = {}, {}
+    if plots:
+        from normbench.summary.show import plots as plotting
+
+        rendered = plotting.render_all(s, out)
+        figures = {name: png for name, (png, _) in rendered.items()}
+        svgs = {name: svg for name, (_, svg) in rendered.items()}
+    markdown = report.to_markdown(s, figures)
+    atomic_write_text(files["md"], markdown)
+    atomic_write_text(files["html"], html_report.to_html(s, svgs))
+    if plots:
+        from normbench.summary.show import tensorboard
+
+        tensorboard.write(s, out / tensorboard.SUBDIR, figures, markdown)
+        files.update(figures)
+    return files
+
+
+def summarize(root: Path, out: Path | None = None, plots: bool = True, console=None, ref: str = "bn",
+              select: str | None = None, claims_file: Path | None = None) -> dict[str, Path]:
+    """Summarize every run under `root` into `out` (default `root`): print the tables, write the files;
+    returns the files written."""
+    from normbench.summary.show import report
+
+    summary = compute(root, ref, select, claims_file)
+    report.print_summary(summary, console)
+    return write_files(summary, Path(out or root), plots=plots)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="normbench summarize", description=__doc__.split("\n\n")[0])
+    p.add_argument("path", type=Path, help="a sweep directory, or outputs/ as a whole")
+    p.add_argument("--out", type=Path, default=None, help="where to write the files (default: PATH)")
+    p.add_argument("--ref", default="bn", help="the norm every other is compared with, seed by seed (default: bn)")
+    p.add_argument("--select", choices=["lr"], default=None,
+                   help="pick, per cell and seed, the value with the best mean validation accuracy over the other "
+                        "seeds (that seed's test accuracy reported)")
+    p.add_argument("--claims", type=Path, default=None, metavar="FILE.yaml",
+                   help="test these claims (a YAML list: name, a, b, expect, margin, metric) instead of those the "
+                        "runs' experiments declared")
+    p.add_argument("--no-plots", action="store_true", help="skip the plots, the HTML figures and TensorBoard")
+    args = p.parse_args(argv)
+    files = summarize(args.path, args.out, plots=not args.no_plots, ref=args.ref, select=args.select,
+                      claims_file=args.claims)
+    print("wrote " + ", ".join(str(f) for f in files.values()))
+    return 0

@@ -1,0 +1,289 @@
+"""The confirmatory protocol (normbench/summary/protocol.py, docs/protocol.md): its levels against the
+spending function's formula, its Holm looks against Holm worked by hand, the family against the shipped
+experiments, grid widening against select.py's choices, and the whole procedure simulated on synthetic
+families (the same functions summarize uses) for its family-wise error and power.
+
+    python tests/test_protocol.py      # prints the simulated error rates and the power table of docs/protocol.md
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from scipy import stats as scipy_stats
+
+from normbench.summary import claims, protocol, stats
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENTS = REPO / "normbench" / "configs" / "experiment"
+
+
+# --- the levels -----------------------------------------------------------------------------------------
+
+def test_obrien_fleming_levels_match_the_spending_function():
+    """Reference: Lan & DeMets (1983), α(t) = 2 − 2Φ(z_{α/2}/√t), with scipy.stats.norm's Φ and quantile:
+    at looks of 3, 5, 10 pairs (t = 0.3, 0.5, 1) α(t) = 0.000346, 0.00557, 0.05 (written out), each look's
+    level the increment; Bonferroni α/3 each; both sum to α."""
+    z = scipy_stats.norm.ppf(1 - 0.05 / 2)
+    spent = [2 - 2 * scipy_stats.norm.cdf(z / math.sqrt(t)) for t in (0.3, 0.5, 1.0)]
+    assert spent == pytest.approx([0.000346, 0.00557, 0.05], rel=2e-3)
+    got = protocol.levels(0.05, (3, 5, 10), "obrien_fleming")
+    assert got == pytest.approx([spent[0], spent[1] - spent[0], spent[2] - spent[1]], rel=1e-9)
+    assert sum(got) == pytest.approx(0.05, abs=1e-15)
+    assert protocol.levels(0.05, (3, 5, 10), "bonferroni") == pytest.approx([0.05 / 3] * 3, rel=1e-15)
+    assert protocol.obrien_fleming(0.05, 1.0) == pytest.approx(0.05, rel=1e-12)
+
+
+def test_declared_protocol_and_family():
+    """Reference: normbench/configs/protocol.yaml and the experiments' yaml read here with yaml.safe_load:
+    α 0.05, looks [3, 5, 10]; the family is exactly the claims marked `role: primary`, every shipped claim
+    says its role, each study has a handful of primary claims (1 to 4) and the family's names are unique."""
+    proto = protocol.load()
+    assert (proto.alpha, proto.looks, proto.spending) == (0.05, (3, 5, 10), "obrien_fleming")
+    expected, per_study = [], {}
+    for path in sorted(EXPERIMENTS.glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text())["claims"]
+        assert all(c.get("role") in ("primary", "exploratory") for c in raw), path.name  # explicit, every one
+        parsed = claims.parse(raw, path.name, path.stem)
+        expected += [c.key for c in parsed if c.role == "primary"]
+        per_study[path.stem] = sum(c.role == "primary" for c in parsed)
+    assert list(proto.family) == expected and len(set(expected)) == len(expected)
+    assert all(1 <= k <= 4 for k in per_study.values()), per_study
+    assert proto.describe()["hypotheses"] == 2 * len(expected)
+
+
+def test_roles_parse_and_default_to_exploratory():
+    """Reference: the claim schema: no role is exploratory (user files written before roles keep working),
+    a role other than primary/exploratory is a one-line UserError."""
+    base = {"name": "x", "a": {"norm.name": "gn"}, "b": {"norm.name": "bn"}, "expect": "greater"}
+    assert claims.parse([base], "f")[0].role == "exploratory"
+    assert claims.parse([{**base, "role": "primary"}], "f")[0].role == "primary"
+    from normbench.errors import UserError
+
+    with pytest.raises(UserError, match="role='headline'"):
+        claims.parse([{**base, "role": "headline"}], "f")
+
+
+# --- the vectorized tests against scalar references -----------------------------------------------------------
+
+def test_vectorized_tests_match_scipy_and_enumeration():
+    """Reference: scipy.stats.ttest_1samp (one-sided) row by row, and the sign patterns counted with
+    itertools: `pvalues` on an array of claims equals each claim tested on its own."""
+    rng = np.random.default_rng(3)
+    d = rng.normal(0.3, 1.0, size=(40, 5))
+    p, pa, pe, pea = claims.pvalues(d, "greater", 0.1)
+    for row, a, b, c, e in zip(d, p, pa, pe, pea):
+        assert a == pytest.approx(scipy_stats.ttest_1samp(row, 0.1, alternative="greater").pvalue, rel=1e-9)
+        assert b == pytest.approx(scipy_stats.ttest_1samp(row, 0.1, alternative="less").pvalue, rel=1e-9)
+        x = row - 0.1
+        sums = [sum(s * v for s, v in zip(signs, x)) for signs in itertools.product((1, -1), repeat=5)]
+        assert c == pytest.approx(sum(t >= x.sum() - 1e-12 for t in sums) / 32, abs=1e-12)
+        assert e == pytest.approx(sum(t <= x.sum() + 1e-12 for t in sums) / 32, abs=1e-12)
+    p, pa, _, _ = claims.pvalues(d, "equivalent", 0.5)
+    def one(row, m, alt):
+        return scipy_stats.ttest_1samp(row, m, alternative=alt).pvalue
+
+    for row, a, b in zip(d, p, pa):
+        assert a == pytest.approx(max(one(row, -0.5, "greater"), one(row, 0.5, "less")), rel=1e-9)
+        assert b == pytest.approx(min(1, 2 * min(one(row, 0.5, "greater"), one(row, -0.5, "less"))), rel=1e-9)
+
+
+def test_holm_adjust_matches_holm_by_hand():
+    """Reference: stats.holm (Holm 1979 worked by hand in tests/test_stats.py), row by row."""
+    rng = np.random.default_rng(4)
+    p = rng.uniform(0, 0.2, size=(25, 8))
+    p[3, :3] = 0.01  # ties
+    adjusted = stats.holm_adjust(p)
+    for row, got in zip(p, adjusted):
+        assert got == pytest.approx(stats.holm(list(row)), abs=1e-15)
+
+
+# --- a look ---------------------------------------------------------------------------------------------
+
+def _proto(members, **kw):
+    return protocol.Protocol(family=tuple(("s", m) for m in members), **kw)
+
+
+def test_look_is_holm_over_the_whole_family_by_hand():
+    """Reference: Holm by hand over a family of 3 claims (6 hypotheses) at look 1's level α_1 = 0.000346
+    (O'Brien-Fleming at t = 0.3): one claim tested, the two others untested count with p = 1, so the tested
+    claim's p is multiplied by 6 (Holm's first step); with a second claim tested at a smaller p, by 5."""
+    proto = _proto(["x", "y", "z"])
+    level = proto.levels[0]
+    step = protocol.look({("s", "x"): protocol.Pvalues(level / 6.5, 0.9, 0.5, 0.5, 3)}, 0, {}, proto)
+    assert step.adjusted["s", "x"]["p_holm"] == pytest.approx(6 * level / 6.5)
+    assert step.new == [("s", "x")] and step.decisions["s", "x"].verdict == "held"
+    assert step.decisions["s", "x"].rests_on == "t-test" and step.undecided == [("s", "y"), ("s", "z")]
+    tested = {("s", "x"): protocol.Pvalues(level / 5.5, 0.9, 0.5, 0.5, 3),
+              ("s", "y"): protocol.Pvalues(0.99, level / 100, 0.9, level / 100, 3)}
+    step = protocol.look(tested, 0, {}, proto)
+    assert step.adjusted["s", "x"]["p_holm"] == pytest.approx(5 * level / 5.5)  # second step: x 5
+    assert step.decisions["s", "y"].verdict == "refuted" and step.decisions["s", "y"].rests_on == "exact"
+    assert step.decisions["s", "x"].verdict == "held"
+    # the same p, but alone: Holm's first step (x 6) does not reach the level: more conservative, never less
+    alone = protocol.look({("s", "x"): tested["s", "x"]}, 0, {}, proto)
+    assert alone.decisions == {}
+
+
+def test_a_decided_claim_stays_decided():
+    """Reference: the protocol's rule: a claim held at look 1 stays held at look 2 whatever its later data
+    (here they point the other way), and its cells are no longer trained; the undecided claim's are."""
+    proto = _proto(["x", "y"])
+    first = protocol.look({("s", "x"): protocol.Pvalues(1e-9, 1.0, 0.1, 0.9, 3),
+                           ("s", "y"): protocol.Pvalues(0.5, 0.5, 0.5, 0.5, 3)}, 0, {}, proto)
+    second = protocol.look({("s", "y"): protocol.Pvalues(0.4, 0.6, 0.5, 0.5, 5)}, 1, first.decisions, proto)
+    assert second.decisions["s", "x"] == first.decisions["s", "x"] and second.decisions["s", "x"].look == 0
+    with_x = protocol.look({("s", "x"): protocol.Pvalues(1.0, 1e-12, 0.9, 1e-12, 5)}, 1, first.decisions, proto)
+    assert with_x.decisions["s", "x"].verdict == "held" and with_x.new == []
+    x = claims.Claim("x", {"norm.name": "gn", "batch_size": 2}, {"norm.name": "bn", "batch_size": 2}, "greater")
+    y = claims.Claim("y", {"norm.name": "ln", "metric": "test_acc"}, {"norm.name": "bn", "batch_size": 2}, "greater")
+    assert protocol.cells_to_train(second, {("s", "x"): x, ("s", "y"): y}) == [{"norm.name": "ln"},
+                                                                               {"norm.name": "bn", "batch_size": 2}]
+    assert list(protocol.round_seeds(proto, 0)) == [0, 1, 2] and list(protocol.round_seeds(proto, 2)) == [5, 6, 7, 8, 9]
+    assert protocol.finished(second, proto) is None and protocol.finished(second, proto, [("s", "x")]) is not None
+    last = protocol.look({}, 2, second.decisions, proto)
+    assert protocol.finished(last, proto) == "the last look (10 pairs) has been taken"
+
+
+def test_look_equals_the_vectorized_core():
+    """Reference: protocol.decide on an array of families (what the simulation runs) against protocol.look
+    called family by family (what summarize runs): the same decisions."""
+    proto = _proto([f"c{k}" for k in range(6)])
+    rng = np.random.default_rng(5)
+    d = rng.normal(np.array([0, 0, 3, 0, -3, 0])[None, :, None], 1, size=(60, 6, 5))
+    p, pa, pe, pea = claims.pvalues(d, "greater")
+    out = protocol.decide(p, pa, proto.levels[1], None, pe, pea)
+    for f in range(60):
+        tested = {("s", f"c{k}"): protocol.Pvalues(p[f, k], pa[f, k], pe[f, k], pea[f, k], 5) for k in range(6)}
+        step = protocol.look(tested, 1, {}, proto)
+        for k in range(6):
+            got = step.decisions.get(("s", f"c{k}"))
+            assert (got and got.verdict) == ("held" if out["held"][f, k] else "refuted" if out["refuted"][f, k]
+                                             else None)
+
+
+# --- widening ---------------------------------------------------------------------------------------------
+
+def test_widen_names_the_next_grid_value_up_to_the_limit():
+    """Reference: select.py's choices and its spacing (a factor beyond the edge): a cell read by an
+    undecided claim, chosen at the low edge of 0.025, 0.05, 0.1, widens to 0.0125; after two values added
+    below the declared grid it is at the limit; a cell no undecided claim reads is not widened."""
+    from normbench.summary.select import Choice
+
+    cell, other = ("", "s", "fashion_mnist", "mlp", "bn", 2), ("", "s", "fashion_mnist", "mlp", "gn", 2)
+    declared = [0.025, 0.05, 0.1]
+    chosen = {cell: Choice({0: 0.025, 1: 0.025, 2: 0.05}, declared), other: Choice({0: 0.1}, declared)}
+    (w,) = protocol.widen(chosen, {cell}, declared, limit=2)
+    assert (w.side, w.value, w.added, w.at_limit) == ("low", 0.0125, 0, False)
+    chosen[cell] = Choice({0: 0.00625}, [0.00625, 0.0125, *declared])
+    (w,) = protocol.widen(chosen, {cell}, declared, limit=2)
+    assert (w.side, w.value, w.added, w.at_limit) == ("low", 0.00313, 2, True)
+
+
+# --- the simulation ---------------------------------------------------------------------------------------
+
+def simulate(families: int, true_effects: int, spending: str, seed: int = 0, exact: bool = False, size: float = 2.0):
+    """The protocol run on `families` synthetic families shaped like the shipped one (its claims'
+    expectations; per-seed differences N(μ, 1), μ at the null's boundary, or `size` standard deviations in
+    the expected direction for the first `true_effects` one-sided claims): at each look the first looks[r] differences of every
+    undecided claim go through claims.pvalues (the function that computes a claim's p-values for
+    summarize) and protocol.decide (the core of protocol.look), decided claims staying decided.
+    Returns (wrong: bool per family, held_by_look: (looks, families, m) cumulative held, true: bool per
+    claim, exact_share: the share of true claims' held verdicts resting on the exact test, with `exact`)."""
+    proto = protocol.load()
+    proto = protocol.Protocol(proto.alpha, proto.looks, spending, proto.widen_limit, proto.family)
+    shipped = {c.key: c for path in sorted(EXPERIMENTS.glob("*.yaml"))
+               for c in claims.parse(yaml.safe_load(path.read_text())["claims"], path.name, path.stem)}
+    expect = [shipped[k].expect for k in proto.family]
+    m, n_max = len(expect), proto.looks[-1]
+    margin = 1.0  # equivalence within 1 SD; one-sided claims test against 0 (a margin only shifts the mean)
+    mu = np.array([(margin if e == "equivalent" else 0.0) for e in expect])  # the null's boundary
+    effects = [k for k in range(m) if expect[k] != "equivalent"][:true_effects]
+    for k in effects:  # a true effect in the expected direction
+        mu[k] = size if expect[k] == "greater" else -size
+    d = np.random.default_rng(seed).normal(mu[None, :, None], 1.0, size=(families, m, n_max))
+    held = np.zeros((families, m), dtype=bool)
+    refuted = np.zeros((families, m), dtype=bool)
+    on_exact = np.zeros((families, m), dtype=bool)
+    held_by_look = []
+    for index, n in enumerate(proto.looks):
+        p = np.ones((families, m))
+        pa, pe, pea = np.ones_like(p), np.ones_like(p), np.ones_like(p)
+        for e in set(expect):
+            cols = [k for k in range(m) if expect[k] == e]
+            got = claims.pvalues(d[:, cols, :n], e, margin if e == "equivalent" else 0.0, exact=exact)
+            p[:, cols], pa[:, cols] = got[0], got[1]
+            if exact:
+                pe[:, cols], pea[:, cols] = got[2], got[3]
+        out = protocol.decide(p, pa, proto.levels[index], held | refuted, pe if exact else None,
+                              pea if exact else None)
+        held |= out["held"]
+        refuted |= out["refuted"]
+        if exact:
+            on_exact |= out["exact"]
+        held_by_look.append(held.copy())
+    true = np.zeros(m, dtype=bool)
+    true[effects] = True
+    wrong = (held & ~true).any(axis=1) | refuted.any(axis=1)  # refuting a true claim, or any boundary null
+    exact_share = on_exact[:, true].sum() / max(1, held[:, true].sum())
+    return wrong, np.array(held_by_look), true, exact_share
+
+
+def _interval(k: int, n: int) -> tuple[float, float]:
+    """Clopper-Pearson 95% interval of a binomial proportion (scipy.stats.binomtest)."""
+    ci = scipy_stats.binomtest(k, n).proportion_ci(0.95)
+    return ci.low, ci.high
+
+
+MIXED = 4  # a few true effects of 2 SD (the family's first four one-sided claims)
+
+
+@pytest.mark.parametrize("spending", protocol.SPENDING)
+@pytest.mark.parametrize("scenario, effects", [("global null", 0), ("mixed null", MIXED)])
+def test_simulated_familywise_error_is_at_most_alpha(scenario, effects, spending):
+    """Reference: the definition of the family-wise error: over 10,000 synthetic families (shaped like the
+    shipped family, every look, the spending rule, decided claims staying decided), the share with any
+    wrong verdict (held where the null is true, refuted anywhere the claim's opposite is false) is at
+    most α = 0.05; the message gives the Monte Carlo 95% (Clopper-Pearson) interval."""
+    families = 10_000
+    wrong, _, true, _ = simulate(families, effects, spending, seed=11)
+    assert true.sum() == effects
+    k = int(wrong.sum())
+    lo, hi = _interval(k, families)
+    assert k / families <= 0.05, f"{scenario}, {spending}: FWER {k / families:.4f} (95% MC [{lo:.4f}, {hi:.4f}])"
+
+
+def test_the_default_spending_is_the_more_powerful():
+    """Reference: the simulation: at 2 SD effects (the mixed null), the chosen default rule holds the true
+    claims by the last look more often than the other (both valid: the test above)."""
+    power = {}
+    for rule in protocol.SPENDING:
+        _, held, true, _ = simulate(4000, MIXED, rule, seed=12)
+        power[rule] = held[-1][:, true].mean()
+    assert protocol.load().spending == max(power, key=power.get), power
+
+
+def power_table(families: int = 10_000) -> str:
+    """The numbers docs/protocol.md quotes: FWER with its MC interval per scenario and rule, and the share of
+    true 2-SD claims held by each look."""
+    lines = []
+    for rule in protocol.SPENDING:
+        for scenario, effects in (("global null", 0), ("mixed null", MIXED)):
+            wrong, held, true, exact = simulate(families, effects, rule, seed=11, exact=True)
+            lo, hi = _interval(int(wrong.sum()), families)
+            line = f"{rule:15s} {scenario:12s} FWER {wrong.mean():.4f} [{lo:.4f}, {hi:.4f}]"
+            if effects:
+                line += ("  held by look (3/5/10 pairs): " + " / ".join(f"{h[:, true].mean():.3f}" for h in held)
+                         + f"; resting on the exact test: {exact:.3f}")
+            lines.append(line)
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(power_table(int(sys.argv[1]) if len(sys.argv) > 1 else 10_000))
