@@ -12,8 +12,8 @@ inside functions only, so nothing but the CLI ever loads Hydra.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import difflib
+import enum
 import json
 import typing
 from importlib import resources
@@ -147,11 +147,23 @@ def _value_of(key: str, overrides: list[str]) -> str:
     return _given(overrides).get(key, "")
 
 
+def _missing_launcher(overrides: list[str]) -> UserError | None:
+    """`hydra/launcher=slurm` without the `slurm` extra: what to install (hydra_plugins/normbench_slurm)."""
+    if _given(overrides).get("hydra/launcher") != "slurm":
+        return None
+    from hydra_plugins.normbench_slurm import MISSING_EXTRA
+
+    return MISSING_EXTRA
+
+
 def explain(e: BaseException, overrides: list[str] = ()) -> UserError | None:
     """A one-line UserError for a Hydra/OmegaConf composition error, or None if `e` is not one."""
     from hydra.errors import HydraException, MissingConfigException, OverrideParseException
     from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+    missing = _missing_launcher(overrides)
+    if missing is not None:  # e.g. hydra.launcher.<a key of hydra-submitit's schema>, which is not there
+        return missing
     cause = e.__cause__
     if isinstance(e, MissingConfigException) and e.missing_cfg_file and "/" in e.missing_cfg_file:
         group, _, name = e.missing_cfg_file.rpartition("/")

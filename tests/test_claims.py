@@ -1,4 +1,4 @@
-"""Declared claims (normbench/claims.py) and the statistics they are tested with (normbench/stats.py): each
+"""Declared claims (normbench/summary/claims.py) and the statistics they are tested with (normbench/summary/stats.py): each
 statistic against a published or independently computed value, the family's Holm correction by hand, the
 exact sign-flip test by enumeration, and `normbench summarize --claims` end to end."""
 
@@ -15,12 +15,12 @@ import pytest
 import yaml
 from conftest import REPO, normbench_cli
 from scipy import stats as scipy_stats
-from test_summarize import write_run
+from test_summarize import _summarize, write_run
 
-from normbench import claims, stats
 from normbench.errors import UserError
-from normbench.runs import find_runs
-from normbench.summarize import compute
+from normbench.summary import claims, stats
+from normbench.summary.discover import find_runs
+from normbench.summary.summarize import compute
 
 # Student's sleep data (Cushny & Peebles 1905), R's `sleep`: extra hours of sleep under two drugs, 10 patients.
 SLEEP_1 = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0]
@@ -106,20 +106,24 @@ def claim_sweep(root: Path, study: str = "") -> None:
 
 
 CLAIMS = [
-    {"name": "GN beats BN", "a": {"norm.name": "gn", "batch_size": 2}, "b": {"norm.name": "bn"}, "expect": "greater"},
-    {"name": "BN beats GN", "a": {"norm.name": "bn"}, "b": {"norm.name": "gn"}, "expect": "greater"},
-    {"name": "LN beats GN", "a": {"norm.name": "ln"}, "b": {"norm.name": "gn"}, "expect": "greater"},
-    {"name": "LN equals GN within 2", "a": {"norm.name": "ln"}, "b": {"norm.name": "gn"}, "expect": "equivalent",
-     "margin": 2.0},
+    {"name": "GN beats BN", "a": {"norm.name": "gn", "batch_size": 2}, "b": {"norm.name": "bn"}, "expect": "greater",
+     "role": "primary"},
+    {"name": "BN beats GN", "a": {"norm.name": "bn"}, "b": {"norm.name": "gn"}, "expect": "greater", "role": "primary"},
+    {"name": "LN beats GN", "a": {"norm.name": "ln"}, "b": {"norm.name": "gn"}, "expect": "greater", "role": "primary"},
+    {"name": "LN equals GN within 5", "a": {"norm.name": "ln"}, "b": {"norm.name": "gn"}, "expect": "equivalent",
+     "margin": 5.0, "role": "primary"},
 ]
 
 
 def test_summarize_claims_end_to_end(tmp_path):
-    """Reference: the hand-made sweep (gn − bn = +10 points, the same sign in every seed; ln ≈ gn): `held`
-    for the true direction, `refuted` for the reverse, `inconclusive` for a difference within the noise,
-    `held` for equivalence within 2 points; p_holm is Holm by hand over the family of the four claims'
-    hypotheses and their opposites (scipy's one-sided t-tests); the claims
-    print before the tables; summary.json and claims.csv hold every field."""
+    """Reference: the hand-made sweep (gn − bn = +10 points, the same sign in every seed; ln ≈ gn), its four
+    claims primary: `held` for the true direction, `refuted` for the reverse, `inconclusive` for a difference
+    within the noise, `held` for equivalence within 5 points, all at look 2 (5 pairs; none decides at look 1's
+    3 pairs); p_holm is Holm by hand over the whole family: the 18 shipped primary claims (untested: p = 1)
+    and these four, each one's hypothesis and its opposite (44 p-values; scipy's one-sided t-tests on the
+    5 pairs); the claims print before the tables; summary.json and claims.csv hold every field."""
+    from normbench.summary import protocol
+
     claim_sweep(tmp_path / "sweep")
     (tmp_path / "claims.yaml").write_text(yaml.safe_dump(CLAIMS))
     r = normbench_cli("summarize", str(tmp_path / "sweep"), "--no-plots", "--claims", str(tmp_path / "claims.yaml"),
@@ -128,7 +132,9 @@ def test_summarize_claims_end_to_end(tmp_path):
     assert r.stdout.index("claims") < r.stdout.index("tables") < r.stdout.index("1. fashion_mnist")
     got = json.loads((tmp_path / "sweep" / "summary.json").read_text())["claims"]
     assert [c["verdict"] for c in got] == ["held", "refuted", "inconclusive", "held"]
-    fields = {"name", "a", "b", "n", "estimate", "ci_low", "ci_high", "p", "p_holm", "p_exact", "verdict"}
+    assert [c["look"] for c in got] == [2, 2, 2, 2] and {c["role"] for c in got} == {"primary"}
+    fields = {"name", "a", "b", "n", "estimate", "ci_low", "ci_high", "p", "p_holm", "p_exact", "verdict", "role",
+              "rests_on", "budget_limited", "look", "level", "p_exact_holm", "p_exact_refute_holm"}
     assert fields <= set(got[0])
     noise = [0.004, -0.006, 0.002, 0.007, -0.003]
     d = [0.80 + e / 2 - 0.70 - e for e in noise]  # gn - bn
@@ -136,24 +142,80 @@ def test_summarize_claims_end_to_end(tmp_path):
     one = lambda x, m, alt: scipy_stats.ttest_1samp(x, m, alternative=alt).pvalue  # noqa: E731
     minus = [-v for v in d]
     # the family: each claim's hypothesis, then its opposite (scipy's one-sided tests; TOST's is the larger
-    # of two, its opposite twice the smaller of the two outside tests)
+    # of two, its opposite twice the smaller of the two outside tests), then the 18 shipped claims' two at p = 1
     family = [one(d, 0, "greater"), one(minus, 0, "greater"), one(d_ln, 0, "greater"),
-              max(one(d_ln, -0.02, "greater"), one(d_ln, 0.02, "less")),
+              max(one(d_ln, -0.05, "greater"), one(d_ln, 0.05, "less")),
               one(d, 0, "less"), one(minus, 0, "less"), one(d_ln, 0, "less"),
-              min(1.0, 2 * min(one(d_ln, 0.02, "greater"), one(d_ln, -0.02, "less")))]
-    order = sorted(range(8), key=lambda i: family[i])  # Holm by hand: sorted p's x 8, 7, ..., monotone, <= 1
-    expected, running = [None] * 8, 0.0
+              min(1.0, 2 * min(one(d_ln, 0.05, "greater"), one(d_ln, -0.05, "less")))]
+    shipped = len(protocol.load().family)
+    assert shipped == 18
+    family += [1.0] * (2 * shipped)
+    k = len(family)
+    order = sorted(range(k), key=lambda i: family[i])  # Holm by hand: sorted p's x 44, 43, ..., monotone, <= 1
+    expected, running = [None] * k, 0.0
     for rank, i in enumerate(order):
-        running = max(running, min(1.0, (8 - rank) * family[i]))
+        running = max(running, min(1.0, (k - rank) * family[i]))
         expected[i] = running
     assert [c["p_holm"] for c in got] == pytest.approx(expected[:4], rel=1e-9)
-    assert [c["p_refute_holm"] for c in got] == pytest.approx(expected[4:], rel=1e-9)
+    assert [c["p_refute_holm"] for c in got] == pytest.approx(expected[4:8], rel=1e-9)
+    assert got[0]["level"] == pytest.approx(protocol.load().levels[1])
     assert got[0]["n"] == 5 and got[0]["estimate"] == pytest.approx(statistics.fmean(d), rel=1e-12)
     assert got[0]["p"] == pytest.approx(scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue, rel=1e-9)
-    assert got[0]["p_exact"] == 1 / 32
-    assert "the exact test cannot reach 0.05 at n = 5" in got[0]["note"]
+    assert got[0]["p_exact"] == 1 / 32 and got[0]["p_exact_holm"] == 1.0  # 44 x 1/32
+    assert got[0]["rests_on"] == "t-test" and "rests on the t-test's normality" in got[0]["note"]
+    assert got[2]["rests_on"] == "" and "held · t-test" in r.stdout
     rows = list(csv.DictReader((tmp_path / "sweep" / "claims.csv").open()))
     assert [row["verdict"] for row in rows] == ["held", "refuted", "inconclusive", "held"]
+
+
+def test_exploratory_claims_get_an_estimate_not_a_verdict(tmp_path):
+    """Reference: the same sweep, the claims without a role (a user file written before roles): each gets
+    its estimate, interval and unadjusted one-sided p (scipy), no Holm p and the verdict `exploratory`."""
+    claim_sweep(tmp_path)
+    plain = [{k: v for k, v in c.items() if k != "role"} for c in CLAIMS]
+    results = claims.test(claims.parse(plain, "test"), find_runs(tmp_path))
+    assert [r.verdict for r in results] == ["exploratory"] * 4 and {r.role for r in results} == {"exploratory"}
+    d = [0.80 + e / 2 - 0.70 - e for e in [0.004, -0.006, 0.002, 0.007, -0.003]]
+    assert results[0].p == pytest.approx(scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue, rel=1e-9)
+    assert results[0].p_holm is None and results[0].ci is not None and results[0].look is None
+
+
+def test_same_runs_same_verdict_whatever_folder(tmp_path):
+    """Reference: protocol.py's family rule: a shipped primary claim's verdict on the same runs does not
+    depend on what else the folder holds. Summarized alone, it is Holm over the 36 hypotheses of the 18
+    shipped claims with 35 at p = 1; beside a stronger second primary claim of the family, its Holm p can
+    only fall (the other claim's p takes Holm's first step), so a verdict alone is a verdict together."""
+    from normbench.summary import protocol
+
+    proto = protocol.load()
+    first, second = proto.family[0], proto.family[1]  # converged's first two primary claims
+    claim_sweep(tmp_path)
+    runs = find_runs(tmp_path)
+    for r in runs:  # the runs of the study that declared the claims
+        r.overrides = [f"experiment={first[0]}"]
+    member = claims.Claim(first[1], {"norm.name": "gn"}, {"norm.name": "bn"}, "greater", study=first[0])
+    alone = claims.test([member], runs)[0]
+    d = [0.80 + e / 2 - 0.70 - e for e in [0.004, -0.006, 0.002, 0.007, -0.003]]
+    p = scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue
+    assert alone.role == "primary" and alone.look == 2  # a member by its key: no role needed in the runs
+    assert alone.p_holm == pytest.approx(36 * p, rel=1e-9) and alone.verdict == "held"
+    # a second member with a smaller p (the same pairs against a margin of -5 points) takes Holm's first step
+    stronger = claims.Claim(second[1], member.a, member.b, "greater", margin=-5.0, study=second[0])
+    together = claims.test([member, stronger], runs)
+    assert together[1].p < p and together[0].p_holm == pytest.approx(35 * p, rel=1e-9)
+    assert together[0].verdict == "held" and together[0].p_holm < alone.p_holm
+
+
+def test_claims_csv_only_where_claims_were_tested(tmp_path):
+    """A sweep that declares no claims gets no claims.csv (it would be a header alone), and summarizing it
+    again without claims removes the one an earlier `--claims` wrote; with claims, one row each."""
+    claim_sweep(tmp_path)
+    (tmp_path / "claims.yaml").write_text(yaml.safe_dump(CLAIMS))
+    files, _ = _summarize(tmp_path, plots=False, claims_file=tmp_path / "claims.yaml")
+    assert len(list(csv.DictReader(files["claims_csv"].open()))) == len(CLAIMS)
+    files, _ = _summarize(tmp_path, plots=False)
+    assert "claims_csv" not in files and not (tmp_path / "claims.csv").exists()
+    assert json.loads(files["json"].read_text())["claims"] == []
 
 
 def test_declared_claims_are_scoped_to_their_study(tmp_path):
@@ -258,7 +320,7 @@ def test_readme_tables_copy_each_studys_accuracy_tables(tmp_path):
     import readme_claims
     from test_summarize import small_batch_sweep
 
-    from normbench.summarize import summarize
+    from normbench.summary.summarize import summarize
 
     small_batch_sweep(tmp_path / "small_batch")
     summarize(tmp_path / "small_batch")
@@ -280,21 +342,85 @@ def test_zero_variance_and_the_monte_carlo_branch_never_give_p_zero():
 
 def test_selectors_and_metrics_are_robust(tmp_path):
     """Reference: the selector rules: `1e-5` written in YAML (a string) matches a run's 1e-05; a NaN
-    metric counts as missing; a diverged run at a seed leaves that seed out, with a note; more than one
-    " - " in a metric and sides in different units are refused in one line."""
+    metric of a completed run counts as missing; a diverged run at a seed counts at chance (10%, the
+    protocol's rule: dropping it would favour the less stable side) and the note names it; a failed one
+    leaves its seed out, named; more than one " - " in a metric and sides in different units are refused."""
     for seed in range(3):
         for norm, acc in (("bn", 0.70), ("gn", 0.80)):
             write_run(tmp_path, f"{norm}_{seed}", norm=norm, seed=seed, config={"norm.eps": 1e-5},
                       test_acc=acc + 0.01 * seed, train_acc=float("nan"))
     write_run(tmp_path, "gn_3", "diverged", norm="gn", seed=3, config={"norm.eps": 1e-5}, test_acc=None)
     write_run(tmp_path, "bn_3", norm="bn", seed=3, config={"norm.eps": 1e-5}, test_acc=0.7)
+    write_run(tmp_path, "gn_4", "failed", norm="gn", seed=4, config={"norm.eps": 1e-5}, error="OSError")
+    write_run(tmp_path, "bn_4", norm="bn", seed=4, config={"norm.eps": 1e-5}, test_acc=0.7)
     runs = find_runs(tmp_path)
     claim = {"name": "x", "a": {"norm.name": "gn", "norm.eps": "1e-5"}, "b": {"norm.name": "bn"}, "expect": "greater"}
     result = claims.test(claims.parse([claim], "test"), runs)[0]
-    assert result.n == 3 and result.seeds == [0, 1, 2] and "seed 3 diverged, left out of the pairs" in result.note
+    assert result.n == 4 and result.seeds == [0, 1, 2, 3]
+    assert result.diffs[3] == pytest.approx(0.1 - 0.7) and result.at_chance == [str(tmp_path / "gn_3")]
+    assert "a: seed 3 diverged (gn_3), scored at chance (10%)" in result.note
+    assert "seed 4 failed (gn_4), left out of the pairs" in result.note
     nan = claims.test(claims.parse([{**claim, "metric": "train_acc"}], "test"), runs)[0]
     assert nan.n == 0 and "no runs match" in nan.note
+    grad = claims.test(claims.parse([{**claim, "metric": "first_layer_grad_ratio"}], "test"), runs)[0]
+    assert "seed 3 diverged (gn_3), left out: first_layer_grad_ratio has no chance level" in grad.note
     with pytest.raises(UserError, match="one difference"):
         claims.parse([{**claim, "metric": "a - b - c"}], "test")
     with pytest.raises(UserError, match="different units"):
         claims.parse([{**claim, "a": {**claim["a"], "metric": "first_layer_grad_ratio"}}], "test")
+
+
+def test_a_diverging_lr_counts_at_chance_in_the_choice_and_the_claim(tmp_path):
+    """Reference: the lr grid worked by hand. gn at lr 0.1 reaches validation 0.90 on seeds 0 and 1 and
+    diverges on seed 2; at 0.01 it reaches 0.85 on all three. Dropping the diverged run, 0.1 would win every
+    leave-one-out mean; at chance (0.1) it loses for seeds 0 and 1 ((0.9 + 0.1) / 2 = 0.5 < 0.85) and wins
+    only for seed 2 (0.9 > 0.85), whose own run at 0.1 diverged: that seed's pair reads it at chance and
+    the claim's note names it."""
+    val = {0.01: [0.85, 0.85, 0.85], 0.1: [0.90, 0.90, None]}
+    for lr, vals in val.items():
+        for seed, v in enumerate(vals):
+            status = "completed" if v is not None else "diverged"
+            write_run(tmp_path, f"gn_{lr}_{seed}", status, norm="gn", seed=seed, config={"lr": lr}, val_acc=v,
+                      test_acc=None if v is None else v - 0.01)
+            write_run(tmp_path, f"bn_{lr}_{seed}", norm="bn", seed=seed, config={"lr": lr}, val_acc=0.8,
+                      test_acc=0.79)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump([{"name": "gn beats bn", "a": {"norm.name": "gn"},
+                                                      "b": {"norm.name": "bn"}, "expect": "greater"}]))
+    s = compute(tmp_path, select="lr", claims_file=tmp_path / "c.yaml")
+    assert s.tables[0].chosen["gn", "8"] == "lr=0.01 (2) 0.1 (1) ⚑"
+    (r,) = s.claims
+    assert r.seeds == [0, 1, 2] and r.diffs == pytest.approx([0.84 - 0.79, 0.84 - 0.79, 0.1 - 0.79])
+    assert "seed 2 diverged (gn_0.1_2), scored at chance (10%)" in r.note
+
+
+def test_verdict_says_what_it_rests_on_and_its_budget(tmp_path):
+    """Reference: the protocol's looks worked by hand on ten pairs d = a − b (points) = 1.3, 0.7, 1.2, 0.8,
+    1.0, 1.25, 0.75, 1.1, 0.9, 1.0: at 3 and 5 pairs the one-sided t-test (scipy) stays above its look's
+    level after Holm (x 38: the 18 shipped claims and this one), at 10 pairs it is far below, and so is the
+    exact test (every sign positive: 1/1024 x 38 = 0.037 < 0.0444): held at look 3, resting on the exact
+    test. The gn runs' validation accuracy still rises over their last epochs (tables.plateaued), so the
+    verdict is budget-limited; the summary's Markdown shows the role and both."""
+    from normbench.summary import protocol
+    from normbench.summary.show import report
+
+    d = [1.3, 0.7, 1.2, 0.8, 1.0, 1.25, 0.75, 1.1, 0.9, 1.0]
+    rising = [{"epoch": e, "acc/val": 0.5 + 0.05 * e} for e in range(6)]
+    flat = [{"epoch": e, "acc/val": 0.7} for e in range(6)]
+    for seed, x in enumerate(d):
+        write_run(tmp_path, f"gn_{seed}", norm="gn", seed=seed, test_acc=0.7 + x / 100, history=rising)
+        write_run(tmp_path, f"bn_{seed}", norm="bn", seed=seed, test_acc=0.7, history=flat)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump([{"name": "gn beats bn", "a": {"norm.name": "gn"},
+                                                      "b": {"norm.name": "bn"}, "expect": "greater",
+                                                      "role": "primary"}]))
+    levels = protocol.load().levels
+    for n, level in zip((3, 5), levels):
+        assert 38 * scipy_stats.ttest_1samp(d[:n], 0, alternative="greater").pvalue > level
+    assert 38 * scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue < levels[2] and 38 / 1024 < levels[2]
+    s = compute(tmp_path, claims_file=tmp_path / "c.yaml")
+    (r,) = s.claims
+    assert (r.verdict, r.look, r.look_n, r.rests_on, r.budget_limited) == ("held", 3, 10, "exact", True)
+    assert r.p_exact == 1 / 1024 and r.p_exact_holm == pytest.approx(38 / 1024)
+    assert "budget-limited: 10 of 20 runs it reads had not plateaued" in r.note
+    md = report.to_markdown(s)
+    assert "| gn beats bn | primary |" in md and "| 3/3 (0.044) | held · exact, budget-limited |" in md
+    assert s.protocol["hypotheses"] == 38 and s.protocol["spending"] == "obrien_fleming"

@@ -6,13 +6,18 @@
   that did not complete (the CLI says one line per task, with the command that resumes it); the completed
   tasks' results are already in their run directories.
 - **Preemption and time limits are resumes.** submitit's own handler requeues a signalled task at once
-  with the same arguments, so the run started over. Here the task's signals go to `normbench.interrupts`:
+  with the same arguments, so the run started over. Here the task's signals go to `normbench.train.interrupts`:
   on SLURM's USR2 (sent `signal_delay_s` before the time limit, or by a preempting scheduler), and on a
   SIGTERM that SLURM sends for a time limit or a preemption, the run stops at its next step with a
   checkpoint there, and the task requeues itself with `resume=true` (at most `max_requeues` times).
   A SIGTERM from `scancel` is a cancel: the task ends, listed with its resume command.
 
 Selected by normbench/configs/hydra/launcher/slurm.yaml (its schema: `NormbenchSlurmConf`).
+
+Installed without the `slurm` extra (no hydra-submitit-launcher), this module still imports: Hydra imports
+every module under hydra_plugins at startup, and a failed import is a warning on every command. The preset
+then composes as before, and its launcher, set up for a sweep, stops it with one line naming the extra
+(`MISSING_EXTRA`).
 """
 
 
@@ -23,8 +28,34 @@ import sys
 from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore
-from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+from hydra.plugins.launcher import Launcher
+
+from normbench.errors import UserError
+
+try:
+    from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+
+    MISSING_EXTRA: UserError | None = None
+except ModuleNotFoundError as e:  # installed without the `slurm` extra; any other failure is a broken install
+    if not (e.name or "").startswith(("hydra_plugins.hydra_submitit_launcher", "submitit")):
+        raise
+    MISSING_EXTRA = UserError("the slurm launcher (hydra/launcher=slurm) needs hydra-submitit-launcher",
+                              "pip install 'normbench[slurm]'")
+
+    class _Unavailable(Launcher):
+        """SlurmLauncher's stand-in: a sweep stops at the launcher's setup, before any run starts."""
+
+        def __init__(self, **params):
+            self.params = params
+
+        def setup(self, *, hydra_context, task_function, config) -> None:
+            raise MISSING_EXTRA
+
+        def launch(self, job_overrides, initial_job_idx):
+            raise MISSING_EXTRA
+
+    SlurmQueueConf, SlurmLauncher = object, _Unavailable  # the classes below are defined on these stand-ins
 
 # What a SIGTERM's job says in `scontrol show job` when SLURM, not a user, ends the task
 SLURM_ENDS = {"Reason=TimeLimit": "at its time limit", "JobState=PREEMPTED": "preempted"}
@@ -38,8 +69,9 @@ class NormbenchSlurmConf(SlurmQueueConf):
     max_requeues: int = 3
 
 
-ConfigStore.instance().store(group="hydra/launcher", name="normbench_slurm_schema", node=NormbenchSlurmConf,
-                             provider="normbench")
+# Without the extra, a plain node: slurm.yaml's keys compose onto it (hydra-submitit's schema is not there).
+ConfigStore.instance().store(group="hydra/launcher", name="normbench_slurm_schema", provider="normbench",
+                             node=NormbenchSlurmConf if MISSING_EXTRA is None else {"_target_": NormbenchSlurmConf._target_})
 
 
 class NormbenchSlurmLauncher(SlurmLauncher):
@@ -74,7 +106,7 @@ class NormbenchSlurmLauncher(SlurmLauncher):
 
     def __call__(self, sweep_overrides, job_dir_key, job_num, job_id, singleton_state):
         """One task, on its node: the run, stopped at a step boundary by SLURM's signals and requeued."""
-        from normbench import interrupts
+        from normbench.train import interrupts
 
         # Replaces submitit's handlers (USR2: requeue at once with the same arguments; SIGTERM: ignored).
         interrupts.install([signal.SIGUSR2, signal.SIGTERM])
@@ -89,7 +121,7 @@ class NormbenchSlurmLauncher(SlurmLauncher):
 
     def _policy(self, signal_name: str):
         """Requeue, or end? Asked once, as the run records its interruption."""
-        from normbench.interrupts import Outcome
+        from normbench.train.interrupts import Outcome
 
         by_hand = "continue it with resume=true and the same hydra.sweep.dir"
         if signal_name == "SIGUSR2":
