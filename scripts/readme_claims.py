@@ -27,7 +27,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 from normbench.summary import claims  # noqa: E402
-from normbench.summary.show import report
+from normbench.summary.show import claims_table
 
 EXPERIMENTS = REPO / "normbench" / "configs" / "experiment"
 RESULTS = REPO / "docs" / "results"
@@ -57,7 +57,7 @@ def _pts(v: float | None, scale: float) -> str:
 
 def _hypothesis(claim: claims.Claim) -> str:
     """summarize's wording of the hypothesis, its bars escaped for a Markdown table."""
-    return report.hypothesis(claim).replace("|", "\\|")
+    return claims_table.hypothesis(claim).replace("|", "\\|")
 
 
 def section(results: Path = RESULTS) -> str:

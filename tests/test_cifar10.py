@@ -252,6 +252,7 @@ def test_data_cifar10_composes_with_typed_augment_keys():
             compose("config", overrides=["data=cifar10", "data.crop_padding=wide"])
 
 
+@pytest.mark.slow  # over 5 s here: the fast loop (plain `pytest`) leaves it to the full suite
 @pytest.mark.parametrize("model,extra", [("mlp", []), ("cnn", ["data.augment=true"]), ("rnn", [])])
 def test_cli_trains_on_cifar10(model, extra, cifar_root, tmp_path):
     """Reference: docs/design.md's results.json contract, for data=cifar10 with each model."""

@@ -99,6 +99,7 @@ def test_runtime_keys_are_declared_once_and_used_by_resume():
     assert guards.config_differences(a, b) == ["lr"]
 
 
+@pytest.mark.slow  # over 5 s here: the fast loop (plain `pytest`) leaves it to the full suite
 def test_runs_started_together_get_their_own_directories(tmp_path):
     """Reference: three `normbench train` processes started at once in one directory (the bug: they
     shared `outputs/<date>/<second>` and wrote one results.json between them) leave three run

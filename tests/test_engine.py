@@ -257,6 +257,7 @@ def test_bench_lrs_section_times_own_lrs_against_one(tmp_path):
     assert "own / one" in (tmp_path / "bench.md").read_text()
 
 
+@pytest.mark.slow  # over 5 s here: the fast loop (plain `pytest`) leaves it to the full suite
 @requires_real_data
 def test_bench_quick_writes_json_and_markdown(tmp_path):
     """Reference: the output contract of `normbench bench` (sections, rows, ratios), not its timings."""
@@ -385,6 +386,7 @@ def test_bench_eval_section_projects_the_measured_costs(tiny_root, tmp_path, mon
     assert "Evaluation's share of the shipped studies' runs" in (tmp_path / "bench.md").read_text()
 
 
+@pytest.mark.slow  # over 5 s here: the fast loop (plain `pytest`) leaves it to the full suite
 def test_bench_fixed_cost_section(tmp_path):
     """Reference: the fixed section's definition: per run, wall - training - evaluation; each run's own
     share from its start to the next run's; the first run's share carries the process's one-time imports,

@@ -100,10 +100,12 @@ def test_the_slurm_preset_without_the_extra_says_what_to_install(bare, tmp_path,
 
 
 def test_with_the_extra_the_launcher_is_hydra_submitits():
-    """With the extra (the tests' own environment has it), nothing is missing: the launcher is submitit's."""
+    """With the extra (the tests' own environment has it), nothing is missing: the launcher is submitit's.
+    Checked in a fresh interpreter: Hydra's plugin scan in this test process may have imported the plugin
+    modules again, and a class from a second import is not a subclass of the first's."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
-
-    from hydra_plugins.normbench_slurm import MISSING_EXTRA, NormbenchSlurmLauncher
-
-    assert MISSING_EXTRA is None and issubclass(NormbenchSlurmLauncher, SlurmLauncher)
+    check = ("from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher\n"
+             "from hydra_plugins.normbench_slurm import MISSING_EXTRA, NormbenchSlurmLauncher\n"
+             "assert MISSING_EXTRA is None and issubclass(NormbenchSlurmLauncher, SlurmLauncher)\n")
+    r = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr

@@ -262,6 +262,7 @@ def test_sweep_with_an_unknown_value_runs_nothing(tiny_root, tmp_path):
     assert not list(sweep.glob("*/results.json"))
 
 
+@pytest.mark.slow  # over 5 s here: the fast loop (plain `pytest`) leaves it to the full suite
 def test_sweep_goes_on_past_a_failed_and_a_diverged_run(tiny_root, tmp_path):
     """Reference: docs/reliability.md -- in a sweep, a failed run (BN at batch size 1) and a diverged one (SGD at
     lr=1e6 without a norm) each leave a results.json that says so, and the other runs complete."""

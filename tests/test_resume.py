@@ -79,6 +79,7 @@ def kill_mid_epoch(proc, checkpoint, epochs: int = 6) -> tuple[int, float]:
     return done, epoch_s
 
 
+@pytest.mark.slow  # over 5 s here: the fast loop (plain `pytest`) leaves it to the full suite
 def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(tiny_root, tmp_path):
     """Reference: the same command never interrupted. SIGKILL (no handler can run) halfway through an
     epoch after two checkpoints; `resume=true` in the same run directory must end bit-identical."""
@@ -103,6 +104,7 @@ def test_sigkill_mid_epoch_then_resume_matches_unbroken_run(tiny_root, tmp_path)
     assert metrics(a) == metrics(b)
 
 
+@pytest.mark.slow  # over 5 s here: the fast loop (plain `pytest`) leaves it to the full suite
 def test_packed_run_killed_mid_epoch_resumes_every_member_bit_identically(tiny_root, tmp_path):
     """The test above, packed: 3 members (pack.seeds) killed after two checkpoints and resumed must end
     as the unbroken pack ends, every member's metrics bit-identical."""
@@ -127,6 +129,7 @@ def test_packed_run_killed_mid_epoch_resumes_every_member_bit_identically(tiny_r
     assert len(accs) == 3  # three members, not one trained three times
 
 
+@pytest.mark.slow  # over 5 s here: the fast loop (plain `pytest`) leaves it to the full suite
 @pytest.mark.parametrize("sig,code,name", [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")])
 def test_interrupt_stops_at_a_step_and_resumes_to_the_unbroken_run(sig, code, name, tiny_root, tmp_path):
     """Reference: docs/reliability.md, and the same command never interrupted. Ctrl-C or a `kill` (SIGTERM,
@@ -250,6 +253,7 @@ def test_a_checkpoint_of_other_layers_is_one_line(tiny_cfg, tmp_path):
     assert "other layers" in json.loads((tmp_path / "results.json").read_text())["error"]
 
 
+@pytest.mark.slow  # over 5 s here: the fast loop (plain `pytest`) leaves it to the full suite
 def test_sweep_rerun_with_resume_keeps_finished_runs(tiny_root, tmp_path):
     """Reference: the first sweep's files. A preempted sweep is re-run with resume=true: finished runs
     are kept as they are (not retrained), so only unfinished work is redone."""

@@ -98,6 +98,7 @@ def summarized_sweep(tmp_path_factory):
     return sweep
 
 
+@pytest.mark.slow  # over 5 s here: the fast loop (plain `pytest`) leaves it to the full suite
 def test_sweep_runs_are_named_by_what_varies(summarized_sweep, tensorboard_server):
     """Reference: the sweep's command line: norm, batch size and seed vary, max_steps and the data
     options do not; run names lead with the norm and end with the job number; summarize's own runs
@@ -113,6 +114,7 @@ def test_sweep_runs_are_named_by_what_varies(summarized_sweep, tensorboard_serve
     assert all("epoch" not in tags[r] and "step" not in tags[r] for r in training)  # no bookkeeping cards
 
 
+@pytest.mark.slow  # over 5 s here: the fast loop (plain `pytest`) leaves it to the full suite
 def test_hparams_show_identity_and_swept_keys_only(summarized_sweep, tensorboard_server):
     """Reference: the sweep's varying keys (norm, batch_size, seed) plus model and data; integers shown as
     integers (strings: the table prints numbers with five digits); the final accuracies as metrics."""
@@ -131,6 +133,7 @@ def test_hparams_show_identity_and_swept_keys_only(summarized_sweep, tensorboard
     assert values == {"8", "16"}
 
 
+@pytest.mark.slow  # over 5 s here: the fast loop (plain `pytest`) leaves it to the full suite
 def test_custom_scalars_layout_has_one_band_per_norm(summarized_sweep, tensorboard_server):
     """Reference: TensorBoard's custom-scalars layout route: one category per batch size, one margin chart
     per curve whose mean/lower/upper tags the aggregate runs summary/bn and summary/ln both hold; the

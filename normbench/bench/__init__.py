@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(list(argv or []))
     torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)  # a run's default (flush_denormal): the sections time what runs compute
     device = pick_device(args.device)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -48,7 +48,7 @@ def _timer(flush: bool, work, restore, calls: int):
                 total += time.perf_counter() - started
             return total / calls
         finally:
-            torch.set_flush_denormal(False)
+            torch.set_flush_denormal(True)  # back to a run's default (the bench sets it for every section)
     return timed
 
 

@@ -4,6 +4,7 @@ which registers what they build on: the typed schema and the `model` and `norm` 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 
@@ -51,10 +52,12 @@ def _read_norm_defaults() -> dict[str, dict[str, object]]:
     keyword-only parameters (`registry.keyword_options`), plus `impl` for a name with a `twin(name, ...)`."""
     found: dict[str, dict[str, object]] = {}
     twins: set[str] = set()
+    registrations = 0  # every line that registers a norm: each must be a decorator read below
     for path in sorted((Path(__file__).resolve().parents[1] / "norms").glob("*.py")):  # not imported
         text = path.read_text(encoding="utf-8")
         if "register(" not in text and "twin(" not in text:
             continue
+        registrations += len(re.findall(r"^\s*@?register\(", text, re.M))  # as a decorator or a call
         for node in ast.walk(ast.parse(text)):
             if _call_name(node) == "twin":
                 twins.add(ast.literal_eval(node.args[0]))
@@ -67,4 +70,6 @@ def _read_norm_defaults() -> dict[str, dict[str, object]]:
                     if None in params.kw_defaults:
                         raise ValueError(f"{name}: a keyword option without a default")
                     found[name] = {a.arg: ast.literal_eval(d) for a, d in zip(params.kwonlyargs, params.kw_defaults)}
+    if len(found) != registrations:
+        raise ValueError("a norm is registered in a form this reader does not parse: ask the registry")
     return {name: {**options, **({"impl": "native"} if name in twins else {})} for name, options in found.items()}

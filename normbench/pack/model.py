@@ -52,6 +52,9 @@ def _shell(members: list[nn.Module], swapped: list) -> nn.Module:
     for name in first._buffers:
         raise TypeError(f"{type(first).__name__}.{name}: a buffer outside a layer has no packed form")
     for name, p in first._parameters.items():
+        if p is None:  # a parameter slot left empty (no bias): empty in the pack too
+            shell._parameters[name] = None
+            continue
         stacked = nn.Parameter(torch.stack([getattr(m, name).detach() for m in members]))
         shell._parameters[name] = stacked
         swapped.append((stacked, [getattr(m, name) for m in members]))

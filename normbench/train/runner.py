@@ -40,7 +40,7 @@ DISCRETE = {"norm.name": norms.names, "model.name": models.names, "data.name": d
 
 
 def norm_options(cfg: NormConfig) -> dict[str, Any]:
-    """The options to pass to `norms.create`: those the user (or the norm's yaml) set."""
+    """The options to pass to `norms.create`: those the user (or the norm's defaults, the `norm` group) set."""
     skip = {"name", "track_stats", "track_every"}
     opts = {k: v for k, v in asdict(cfg).items() if k not in skip and v is not None}
     if opts.get("impl") == "native":
