@@ -5,7 +5,8 @@
 
 Hydra reports a misspelled key, an unknown group option or a wrong type in several lines ending
 with its search path. These say the same in one line and list what is valid, from the typed schema
-(normbench/config.py), the config files (normbench/configs/) and the groups the CLI stores. Hydra's own modules are imported
+(normbench/config.py), the config files (normbench/configs/) and the groups generated into Hydra's ConfigStore
+(model, norm); a renamed key (rnn_norm, now seq_norm) says its new name. Hydra's own modules are imported
 inside functions only, so nothing but the CLI ever loads Hydra.
 """
 
@@ -22,8 +23,20 @@ from normbench.config import MODEL_DEFAULTS, Config
 from normbench.errors import UserError
 
 LABELS = {"model": "model", "norm": "norm", "data": "dataset", "experiment": "experiment"}
-# Groups the CLI stores in Hydra's ConfigStore (cli.store_configs), not in config files
-STORED = {"model": sorted(MODEL_DEFAULTS)}
+
+
+def _norm_options() -> list[str]:
+    """The generated norm group's options, read from the norms' sources when asked, not on import."""
+    from normbench.configs import norm_defaults
+
+    return sorted(norm_defaults())
+
+
+# Groups the CLI stores in Hydra's ConfigStore (configs.store_configs), not in config files: their options,
+# computed when asked
+STORED = {"model": lambda: sorted(MODEL_DEFAULTS), "norm": _norm_options}
+# Keys that were renamed: old -> new (a command line or a recorded run may still say the old one)
+RENAMED = {"rnn_norm": "seq_norm"}
 
 
 def groups() -> list[str]:
@@ -35,7 +48,7 @@ def groups() -> list[str]:
 
 def group_options(group: str) -> list[str]:
     if group in STORED:
-        return STORED[group]
+        return STORED[group]()
     folder = resources.files("normbench.configs") / group
     if not folder.is_dir():
         return []
@@ -77,6 +90,9 @@ def key_exists(key: str) -> bool:
 
 def unknown_key(key: str, value: str = "") -> UserError:
     parent, _, leaf = key.rpartition(".")
+    if not parent and leaf in RENAMED:
+        new = RENAMED[leaf]
+        return UserError(f"unknown key {key!r}", f"{leaf} was renamed {new}; use {new}={value or 'NAME'}")
     if not parent and leaf in groups():  # a group with no config folder, e.g. experiment=...
         return _unknown_option(leaf, value)
     node = _schema_at(parent)
@@ -190,7 +206,7 @@ def check_added_keys(overrides: list[str]) -> None:
     for o in OverridesParser.create().parse_overrides(overrides):
         key = o.key_or_group.replace("/", ".")
         if (o.is_add() or o.is_force_add()) and not key.startswith("hydra") and not key_exists(key):
-            raise unknown_key(key)
+            raise unknown_key(key, _value_of(key, overrides))
 
 
 def check_pack_overrides(overrides: list[str]) -> None:

@@ -18,7 +18,7 @@ from scipy import stats as scipy_stats
 from test_summarize import _summarize, write_run
 
 from normbench.errors import UserError
-from normbench.summary import claims, stats
+from normbench.summary import claims, stats, verdicts
 from normbench.summary.discover import find_runs
 from normbench.summary.summarize import compute
 
@@ -173,7 +173,7 @@ def test_exploratory_claims_get_an_estimate_not_a_verdict(tmp_path):
     its estimate, interval and unadjusted one-sided p (scipy), no Holm p and the verdict `exploratory`."""
     claim_sweep(tmp_path)
     plain = [{k: v for k, v in c.items() if k != "role"} for c in CLAIMS]
-    results = claims.test(claims.parse(plain, "test"), find_runs(tmp_path))
+    results = verdicts.test(claims.parse(plain, "test"), find_runs(tmp_path))
     assert [r.verdict for r in results] == ["exploratory"] * 4 and {r.role for r in results} == {"exploratory"}
     d = [0.80 + e / 2 - 0.70 - e for e in [0.004, -0.006, 0.002, 0.007, -0.003]]
     assert results[0].p == pytest.approx(scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue, rel=1e-9)
@@ -194,14 +194,14 @@ def test_same_runs_same_verdict_whatever_folder(tmp_path):
     for r in runs:  # the runs of the study that declared the claims
         r.overrides = [f"experiment={first[0]}"]
     member = claims.Claim(first[1], {"norm.name": "gn"}, {"norm.name": "bn"}, "greater", study=first[0])
-    alone = claims.test([member], runs)[0]
+    alone = verdicts.test([member], runs)[0]
     d = [0.80 + e / 2 - 0.70 - e for e in [0.004, -0.006, 0.002, 0.007, -0.003]]
     p = scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue
     assert alone.role == "primary" and alone.look == 2  # a member by its key: no role needed in the runs
     assert alone.p_holm == pytest.approx(36 * p, rel=1e-9) and alone.verdict == "held"
     # a second member with a smaller p (the same pairs against a margin of -5 points) takes Holm's first step
     stronger = claims.Claim(second[1], member.a, member.b, "greater", margin=-5.0, study=second[0])
-    together = claims.test([member, stronger], runs)
+    together = verdicts.test([member, stronger], runs)
     assert together[1].p < p and together[0].p_holm == pytest.approx(35 * p, rel=1e-9)
     assert together[0].verdict == "held" and together[0].p_holm < alone.p_holm
 
@@ -239,7 +239,7 @@ def test_ambiguous_selector_is_named_not_tested(tmp_path):
         for lr in (0.01, 0.03):
             write_run(tmp_path, f"bn_{lr}_{seed}", norm="bn", seed=seed, config={"lr": lr}, test_acc=0.8, val_acc=0.8)
             write_run(tmp_path, f"gn_{lr}_{seed}", norm="gn", seed=seed, config={"lr": lr}, test_acc=0.8, val_acc=0.8)
-    result = claims.test(claims.parse(CLAIMS[1:2], "test"), find_runs(tmp_path))[0]
+    result = verdicts.test(claims.parse(CLAIMS[1:2], "test"), find_runs(tmp_path))[0]
     assert result.verdict == "inconclusive" and result.n == 0
     assert "differ in lr" in result.note and "--select lr" in result.note
     selected = compute(tmp_path, select="lr", claims_file=None)
@@ -281,8 +281,8 @@ def test_shipped_experiments_declare_valid_claims():
 def test_metric_difference_is_each_runs_own():
     """Reference: the arithmetic: 'x - y' on one results.json is that run's x minus its y."""
     res = {"test_acc_by_length": {"28": 0.7, "42": 0.55}}
-    assert claims._metric(res, "test_acc_by_length.42 - test_acc_by_length.28") == pytest.approx(-0.15)
-    assert claims._metric(res, "test_acc_by_length.36") is None
+    assert verdicts._metric(res, "test_acc_by_length.42 - test_acc_by_length.28") == pytest.approx(-0.15)
+    assert verdicts._metric(res, "test_acc_by_length.36") is None
 
 
 def test_readme_claims_section_is_generated():
@@ -355,14 +355,14 @@ def test_selectors_and_metrics_are_robust(tmp_path):
     write_run(tmp_path, "bn_4", norm="bn", seed=4, config={"norm.eps": 1e-5}, test_acc=0.7)
     runs = find_runs(tmp_path)
     claim = {"name": "x", "a": {"norm.name": "gn", "norm.eps": "1e-5"}, "b": {"norm.name": "bn"}, "expect": "greater"}
-    result = claims.test(claims.parse([claim], "test"), runs)[0]
+    result = verdicts.test(claims.parse([claim], "test"), runs)[0]
     assert result.n == 4 and result.seeds == [0, 1, 2, 3]
     assert result.diffs[3] == pytest.approx(0.1 - 0.7) and result.at_chance == [str(tmp_path / "gn_3")]
     assert "a: seed 3 diverged (gn_3), scored at chance (10%)" in result.note
     assert "seed 4 failed (gn_4), left out of the pairs" in result.note
-    nan = claims.test(claims.parse([{**claim, "metric": "train_acc"}], "test"), runs)[0]
+    nan = verdicts.test(claims.parse([{**claim, "metric": "train_acc"}], "test"), runs)[0]
     assert nan.n == 0 and "no runs match" in nan.note
-    grad = claims.test(claims.parse([{**claim, "metric": "first_layer_grad_ratio"}], "test"), runs)[0]
+    grad = verdicts.test(claims.parse([{**claim, "metric": "first_layer_grad_ratio"}], "test"), runs)[0]
     assert "seed 3 diverged (gn_3), left out: first_layer_grad_ratio has no chance level" in grad.note
     with pytest.raises(UserError, match="one difference"):
         claims.parse([{**claim, "metric": "a - b - c"}], "test")
@@ -375,7 +375,7 @@ def test_a_diverging_lr_counts_at_chance_in_the_choice_and_the_claim(tmp_path):
     diverges on seed 2; at 0.01 it reaches 0.85 on all three. Dropping the diverged run, 0.1 would win every
     leave-one-out mean; at chance (0.1) it loses for seeds 0 and 1 ((0.9 + 0.1) / 2 = 0.5 < 0.85) and wins
     only for seed 2 (0.9 > 0.85), whose own run at 0.1 diverged: that seed's pair reads it at chance and
-    the claim's note names it."""
+    the claim's note names it, and says the choices it reads sit at their grids' edges."""
     val = {0.01: [0.85, 0.85, 0.85], 0.1: [0.90, 0.90, None]}
     for lr, vals in val.items():
         for seed, v in enumerate(vals):
@@ -391,6 +391,8 @@ def test_a_diverging_lr_counts_at_chance_in_the_choice_and_the_claim(tmp_path):
     (r,) = s.claims
     assert r.seeds == [0, 1, 2] and r.diffs == pytest.approx([0.84 - 0.79, 0.84 - 0.79, 0.1 - 0.79])
     assert "seed 2 diverged (gn_0.1_2), scored at chance (10%)" in r.note
+    # both cells chose an edge of their two-value grid (bn ties, and a tie takes the smaller lr): the note says so
+    assert "reads 2 cells whose lr was chosen at its grid's edge (grids to widen)" in r.note
 
 
 def test_verdict_says_what_it_rests_on_and_its_budget(tmp_path):
@@ -424,3 +426,38 @@ def test_verdict_says_what_it_rests_on_and_its_budget(tmp_path):
     md = report.to_markdown(s)
     assert "| gn beats bn | primary |" in md and "| 3/3 (0.044) | held · exact, budget-limited |" in md
     assert s.protocol["hypotheses"] == 38 and s.protocol["spending"] == "obrien_fleming"
+
+
+def test_a_seed_chooses_only_among_the_lrs_it_ran(tmp_path):
+    """Reference: the reviewer's widened grid (/tmp/rv/sel2.py) worked by hand. gn ran lr 0.01 (validation
+    0.70) and 0.03 (0.80) at seeds 0-4, and 0.09 (0.85) at seeds 3-4 only (a grid widened for round 2).
+    Seeds 0-2 never ran 0.09: each chooses between 0.01 and 0.03 on the other seeds (0.70 < 0.80: 0.03) and
+    keeps its run; seed 3 sees 0.09 at seed 4 (0.85) and takes it, and seed 4 likewise. Seed 5 ran only
+    0.27, which no other seed ran: it is left without a choice, and the table's note says so. Every seed
+    0-4 is in the claim's pairs (choosing among every lr any seed ran would give seeds 0-2 lr 0.09, which
+    they never ran, and drop them from the claim)."""
+    from normbench.summary import select
+    from normbench.summary.labels import label_runs
+
+    val = {0.01: 0.70, 0.03: 0.80, 0.09: 0.85, 0.27: 0.90}
+    seeds = {0.01: range(5), 0.03: range(5), 0.09: (3, 4), 0.27: (5,)}
+    for lr, at in seeds.items():
+        for seed in at:
+            write_run(tmp_path, f"gn_{lr}_{seed}", norm="gn", bs=2, seed=seed, config={"lr": lr}, val_acc=val[lr],
+                      test_acc=val[lr] - 0.01)
+    for seed in range(6):
+        write_run(tmp_path, f"bn_{seed}", norm="bn", bs=2, seed=seed, config={"lr": 0.01}, val_acc=0.7, test_acc=0.6)
+    runs = find_runs(tmp_path)
+    labels = label_runs(runs, pooled=frozenset({"lr"}))
+    chosen = select.choose(runs, "lr", labels)
+    (gn,) = [c for cell, c in chosen.items() if cell[4] == "gn"]
+    assert gn.per_seed == {0: 0.03, 1: 0.03, 2: 0.03, 3: 0.09, 4: 0.09} and gn.unchosen == [5]
+    kept = sorted(int(r.config["seed"]) for r in runs if r.config["norm.name"] == "gn"
+                  and select.kept_by(chosen, r, labels, "lr"))
+    assert kept == [0, 1, 2, 3, 4]
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump([{"name": "gn beats bn", "a": {"norm.name": "gn"},
+                                                      "b": {"norm.name": "bn"}, "expect": "greater"}]))
+    s = compute(tmp_path, select="lr", claims_file=tmp_path / "c.yaml")
+    assert s.claims[0].seeds == [0, 1, 2, 3, 4]
+    assert any("seed 5 of gn at batch 2 is left without a run: no lr it ran (0.27) ran at another seed" in note
+               for note in s.tables[0].notes), s.tables[0].notes

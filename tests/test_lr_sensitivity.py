@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 from test_summarize import write_run
 
-from normbench.summary import claims, lr_sensitivity
+from normbench.summary import claims, lr_sensitivity, verdicts
 from normbench.summary.discover import find_runs
 from normbench.summary.summarize import compute, summarize
 
@@ -62,7 +62,7 @@ def test_sensitivity_claims_read_every_lr_under_select(tmp_path):
     diffs = [_by_hand(ACC["pre", k]) - _by_hand(ACC["post", k]) for k in range(3)]
     assert result.n == 3 and result.estimate == pytest.approx(sum(diffs) / 3, abs=1e-12)
     assert result.claim.scale == 100.0  # margins in points, as for accuracies
-    direct = claims.test(claims.parse([claim], "test"), find_runs(tmp_path))[0]
+    direct = verdicts.test(claims.parse([claim], "test"), find_runs(tmp_path))[0]
     assert direct.estimate == pytest.approx(result.estimate, abs=1e-12)
 
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from scipy import stats as scipy_stats
 
-from normbench.summary import claims, protocol, stats
+from normbench.summary import claims, protocol, stats, verdicts
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENTS = REPO / "normbench" / "configs" / "experiment"
@@ -77,7 +77,7 @@ def test_vectorized_tests_match_scipy_and_enumeration():
     itertools: `pvalues` on an array of claims equals each claim tested on its own."""
     rng = np.random.default_rng(3)
     d = rng.normal(0.3, 1.0, size=(40, 5))
-    p, pa, pe, pea = claims.pvalues(d, "greater", 0.1)
+    p, pa, pe, pea = verdicts.pvalues(d, "greater", 0.1)
     for row, a, b, c, e in zip(d, p, pa, pe, pea):
         assert a == pytest.approx(scipy_stats.ttest_1samp(row, 0.1, alternative="greater").pvalue, rel=1e-9)
         assert b == pytest.approx(scipy_stats.ttest_1samp(row, 0.1, alternative="less").pvalue, rel=1e-9)
@@ -85,7 +85,7 @@ def test_vectorized_tests_match_scipy_and_enumeration():
         sums = [sum(s * v for s, v in zip(signs, x)) for signs in itertools.product((1, -1), repeat=5)]
         assert c == pytest.approx(sum(t >= x.sum() - 1e-12 for t in sums) / 32, abs=1e-12)
         assert e == pytest.approx(sum(t <= x.sum() + 1e-12 for t in sums) / 32, abs=1e-12)
-    p, pa, _, _ = claims.pvalues(d, "equivalent", 0.5)
+    p, pa, _, _ = verdicts.pvalues(d, "equivalent", 0.5)
     def one(row, m, alt):
         return scipy_stats.ttest_1samp(row, m, alternative=alt).pvalue
 
@@ -146,6 +146,7 @@ def test_a_decided_claim_stays_decided():
     assert protocol.cells_to_train(second, {("s", "x"): x, ("s", "y"): y}) == [{"norm.name": "ln"},
                                                                                {"norm.name": "bn", "batch_size": 2}]
     assert list(protocol.round_seeds(proto, 0)) == [0, 1, 2] and list(protocol.round_seeds(proto, 2)) == [5, 6, 7, 8, 9]
+    assert [list(protocol.look_seeds(proto, i)) for i in range(3)] == [[0, 1, 2], [0, 1, 2, 3, 4], list(range(10))]
     assert protocol.finished(second, proto) is None and protocol.finished(second, proto, [("s", "x")]) is not None
     last = protocol.look({}, 2, second.decisions, proto)
     assert protocol.finished(last, proto) == "the last look (10 pairs) has been taken"
@@ -157,7 +158,7 @@ def test_look_equals_the_vectorized_core():
     proto = _proto([f"c{k}" for k in range(6)])
     rng = np.random.default_rng(5)
     d = rng.normal(np.array([0, 0, 3, 0, -3, 0])[None, :, None], 1, size=(60, 6, 5))
-    p, pa, pe, pea = claims.pvalues(d, "greater")
+    p, pa, pe, pea = verdicts.pvalues(d, "greater")
     out = protocol.decide(p, pa, proto.levels[1], None, pe, pea)
     for f in range(60):
         tested = {("s", f"c{k}"): protocol.Pvalues(p[f, k], pa[f, k], pe[f, k], pea[f, k], 5) for k in range(6)}
@@ -192,7 +193,7 @@ def simulate(families: int, true_effects: int, spending: str, seed: int = 0, exa
     """The protocol run on `families` synthetic families shaped like the shipped one (its claims'
     expectations; per-seed differences N(μ, 1), μ at the null's boundary, or `size` standard deviations in
     the expected direction for the first `true_effects` one-sided claims): at each look the first looks[r] differences of every
-    undecided claim go through claims.pvalues (the function that computes a claim's p-values for
+    undecided claim go through verdicts.pvalues (the function that computes a claim's p-values for
     summarize) and protocol.decide (the core of protocol.look), decided claims staying decided.
     Returns (wrong: bool per family, held_by_look: (looks, families, m) cumulative held, true: bool per
     claim, exact_share: the share of true claims' held verdicts resting on the exact test, with `exact`)."""
@@ -217,7 +218,7 @@ def simulate(families: int, true_effects: int, spending: str, seed: int = 0, exa
         pa, pe, pea = np.ones_like(p), np.ones_like(p), np.ones_like(p)
         for e in set(expect):
             cols = [k for k in range(m) if expect[k] == e]
-            got = claims.pvalues(d[:, cols, :n], e, margin if e == "equivalent" else 0.0, exact=exact)
+            got = verdicts.pvalues(d[:, cols, :n], e, margin if e == "equivalent" else 0.0, exact=exact)
             p[:, cols], pa[:, cols] = got[0], got[1]
             if exact:
                 pe[:, cols], pea[:, cols] = got[2], got[3]
@@ -283,6 +284,116 @@ def power_table(families: int = 10_000) -> str:
                          + f"; resting on the exact test: {exact:.3f}")
             lines.append(line)
     return "\n".join(lines)
+
+
+def test_cells_an_undecided_claim_reads_are_widened_from_the_runs(tmp_path):
+    """Reference: test_summarize's hand-made lr grid (bn best at 0.003 inside the grid, gn at 0.01, its high
+    edge): a claim reading gn and bn reads both cells; only gn's is at an edge, and the next value above
+    0.001, 0.003, 0.01 is 0.01 x (0.01 / 0.003) = 0.0333 (select.py's spacing)."""
+    from test_summarize import lr_sweep
+
+    from normbench.summary import select
+    from normbench.summary.discover import find_runs
+    from normbench.summary.labels import label_runs
+
+    lr_sweep(tmp_path)
+    runs = find_runs(tmp_path)
+    labels = label_runs(runs, pooled=frozenset({"lr"}))
+    chosen = select.choose(runs, "lr", labels)
+    claim = claims.Claim("gn beats bn", {"norm.name": "gn"}, {"norm.name": "bn"}, "greater")
+    read = verdicts.cells_read(claim, runs, labels)
+    assert {cell[4] for cell in read} == {"gn", "bn"}
+    (w,) = protocol.widen(chosen, read, None, limit=2)
+    assert (w.cell[4], w.side, w.value, w.at_limit) == ("gn", "high", 0.0333, False)
+
+
+# --- what a look reads ------------------------------------------------------------------------------------
+
+def _primary_claim(root: Path) -> Path:
+    path = root / "claims.yaml"
+    path.write_text(yaml.safe_dump([{"name": "gn beats bn", "a": {"norm.name": "gn"}, "b": {"norm.name": "bn"},
+                                     "expect": "greater", "role": "primary"}]))
+    return path
+
+
+def _at_its_look(r) -> tuple:
+    """What the look that decided a claim read and said."""
+    return r.verdict, r.look, r.look_n, r.look_seeds, r.p, r.p_against, r.p_holm, r.p_exact, r.p_exact_holm, r.level
+
+
+def test_later_rounds_do_not_change_an_earlier_looks_lr_choice(tmp_path):
+    """Reference: the reviewer's grid (/tmp/rv/sel.py) worked by hand. gn's validation accuracy at lr 0.01 /
+    0.03 is 0.80 / 0.79 on seeds 0-4 and 0.70 / 0.85 on seeds 5-9; bn runs at 0.01 only. Look 2 reads seeds
+    0-4 (rounds 1 and 2), so each of them chooses among seeds 0-4 alone: 0.01 (its test accuracy 0.80 + e,
+    bn's 0.70: d = 0.10, 0.12, 0.08, 0.11, 0.09, one-sided t = 14.1, p = 7e-5, x 2 hypotheses < α_2 = 0.0052:
+    held at look 2; at look 1, seeds 0-2, t = 8.7 stays above α_1). Adding round 3's seeds 5-9 must change
+    nothing the decided look read; choosing over all ten seeds would have given seeds 0-4 lr 0.03
+    ((4 x 0.79 + 5 x 0.85) / 9 = 0.82 > 0.74), whose test accuracy 0.60 loses to bn."""
+    from test_summarize import write_run
+
+    from normbench.summary.summarize import compute
+
+    e = [0.0, 0.02, -0.02, 0.01, -0.01, 0.0, 0.01, -0.01, 0.02, -0.02]
+    val = {0.01: [0.80] * 5 + [0.70] * 5, 0.03: [0.79] * 5 + [0.85] * 5}
+    for folder, seeds in (("five", range(5)), ("ten", range(10))):
+        for seed in seeds:
+            for lr, vals in val.items():
+                test_acc = 0.80 + e[seed] if lr == 0.01 else 0.60
+                write_run(tmp_path / folder, f"gn_{lr}_{seed}", norm="gn", seed=seed, config={"lr": lr},
+                          val_acc=vals[seed], test_acc=test_acc)
+            write_run(tmp_path / folder, f"bn_{seed}", norm="bn", seed=seed, config={"lr": 0.01}, val_acc=0.7,
+                      test_acc=0.70)
+    proto = protocol.Protocol(family=())  # this claim alone: 2 hypotheses
+    five, ten = (compute(tmp_path / f, select="lr", claims_file=_primary_claim(tmp_path), protocol=proto).claims[0]
+                 for f in ("five", "ten"))
+    d = [0.10, 0.12, 0.08, 0.11, 0.09]
+    assert five.verdict == "held" and five.look == 2 and five.look_seeds == [0, 1, 2, 3, 4]
+    assert five.p == pytest.approx(scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue, rel=1e-6)
+    assert _at_its_look(ten) == _at_its_look(five)
+
+
+def test_a_failed_seed_of_a_round_is_a_missing_pair_not_a_later_seed(tmp_path):
+    """Reference: the protocol's rounds (round_seeds: look 1 reads seeds 0-2). gn's run at seed 1 failed:
+    look 1 reads the pairs of seeds 0 and 2 (d = 0.1, 0.10001: t = 2 x 10^4, one-sided p = 1.6e-5 by
+    scipy, x 2 hypotheses < α_1 = 0.000346: held at look 1) whether or not round 2's seeds 3-4 are in the
+    folder; reading "the first 3 pairs" would have borrowed seed 3 (d = 0.05) into look 1 once it ran, and
+    taken no look at all before."""
+    from test_summarize import write_run
+
+    from normbench.summary.summarize import compute
+
+    d = {0: 0.1, 2: 0.10001, 3: 0.05, 4: 0.06}
+    for folder, seeds in (("round1", (0, 1, 2)), ("round2", (0, 1, 2, 3, 4))):
+        for seed in seeds:
+            write_run(tmp_path / folder, f"bn_{seed}", norm="bn", seed=seed, test_acc=0.7)
+            if seed == 1:
+                write_run(tmp_path / folder, "gn_1", "failed", norm="gn", seed=1, error="OSError: disk full")
+            else:
+                write_run(tmp_path / folder, f"gn_{seed}", norm="gn", seed=seed, test_acc=0.7 + d[seed])
+    proto = protocol.Protocol(family=())
+    first, second = (compute(tmp_path / f, claims_file=_primary_claim(tmp_path), protocol=proto).claims[0]
+                     for f in ("round1", "round2"))
+    assert (first.verdict, first.look, first.look_n, first.look_seeds) == ("held", 1, 2, [0, 2])
+    assert first.p == pytest.approx(scipy_stats.ttest_1samp([0.1, 0.10001], 0, alternative="greater").pvalue,
+                                    rel=1e-6)
+    assert "seed 1 failed (gn_1), left out of the pairs" in first.note
+    assert _at_its_look(second) == _at_its_look(first)
+
+
+def test_a_look_waits_for_its_rounds_runs(tmp_path):
+    """Reference: the protocol's rounds: a folder holding seeds 0-3 has look 1's seeds (0-2) but not all of
+    look 2's (0-4): the claim is tested at look 1 only, and the note says which seed look 2 still needs,
+    rather than testing 4 pairs as if they were look 2's."""
+    from test_summarize import write_run
+
+    from normbench.summary.summarize import compute
+
+    for seed, x in enumerate([0.10, 0.12, 0.03, 0.11]):
+        write_run(tmp_path / "runs", f"bn_{seed}", norm="bn", seed=seed, test_acc=0.7)
+        write_run(tmp_path / "runs", f"gn_{seed}", norm="gn", seed=seed, test_acc=0.7 + x)
+    (r,) = compute(tmp_path / "runs", claims_file=_primary_claim(tmp_path), protocol=protocol.Protocol()).claims
+    assert (r.verdict, r.look, r.look_n, r.look_seeds, r.n) == ("inconclusive", 1, 3, [0, 1, 2], 4)
+    assert "look 2 reads seeds 0-4: seed 4 has no finished run yet" in r.note
 
 
 if __name__ == "__main__":

@@ -450,3 +450,28 @@ def test_costs_floor_a_resumed_runs_wall_at_its_training_and_evaluation(tmp_path
     write_run(tmp_path, "whole", seed=1, test_acc=0.8, wall_s=50.0, train_s=30.0, eval_s=5.0)
     (study,) = costs(find_runs(tmp_path)).values()
     assert study["wall_s"] == 85.0 and study["train_s"] == 60.0 and study["other_s"] == 15.0
+
+
+def test_summary_modules_stay_small_and_the_docs_list_them():
+    """Reference: the project's rule (no module over ~400 lines) and its two layout trees, docs/design.md's
+    "How a run flows" and README.md's "Where things live": each names every module of normbench/summary/
+    and summary/show/; design.md says the model and norm groups are generated into Hydra's ConfigStore and
+    lists seq_norm/ and protocol.yaml; summarize.py's docstring names the modules as they are called."""
+    import normbench.summary.summarize as summarize_module
+
+    package = REPO / "normbench" / "summary"
+    modules = sorted(p for p in package.rglob("*.py") if p.name != "__init__.py")
+    assert {p.name for p in modules} >= {"protocol.py", "claims.py", "report.py"}
+    for path in modules:
+        lines = len(path.read_text().splitlines())
+        assert lines <= 400, f"{path.relative_to(REPO)} has {lines} lines"
+    design = (REPO / "docs" / "design.md").read_text().split("## How a run flows")[1].split("\n## ")[0]
+    readme = (REPO / "README.md").read_text().split("## Where things live")[1].split("\n## ")[0]
+    for tree in (design, readme):
+        summary = tree.split("summary/")[1].split("bench/")[0]
+        for path in modules:
+            assert path.name in summary, f"{path.name} is not in the tree:\n{summary}"
+    configs = design.split("configs/")[1].split("norms/")[0]  # the configs entry of the tree
+    assert "ConfigStore" in configs and "seq_norm" in configs and "protocol.yaml" in configs
+    assert "yaml groups (model, norm" not in configs
+    assert "discover.py" in summarize_module.__doc__ and "runs.py" not in summarize_module.__doc__

@@ -6,12 +6,15 @@
     step = look(pvalues_by_claim, index, state, proto)   # one look: decisions, what stays undecided
     step.undecided; cells_to_train(step, claims_by_key)  # what the next round trains
     round_seeds(proto, index + 1); finished(step, proto)  # its seeds; whether the study may stop
+    look_seeds(proto, index)                         # the seeds a look reads: its rounds', as declared
     widen(chosen, read_cells, declared_grids, proto.widen_limit)   # lr grids to extend before a look counts
 
 The family is every shipped experiment's claim marked `role: primary` (normbench/configs/experiment/*.yaml),
-each with two hypotheses: the claim's alternative and its opposite. At look r (the first `looks[r]` pairs
-of seeds), each claim that has those pairs and is still undecided gives its two p-values; every other
-member of the family counts with p = 1 (untested, not yet run, or decided earlier). Holm's step-down
+each with two hypotheses: the claim's alternative and its opposite. Look r reads the seeds of rounds 1..r
+(`look_seeds`: seeds 0 to looks[r] - 1, a failed one a missing pair; verdicts.test chooses their lrs
+among them alone), so a later round's runs never change an earlier look. Each claim that has run those
+seeds and is still undecided gives its two p-values; every other member of the family counts with p = 1
+(untested, not yet run, or decided earlier). Holm's step-down
 (Holm 1979) over the whole family of 2 m hypotheses at the look's level α_r decides: held (the claim's
 hypothesis rejected), refuted (its opposite), else undecided. A decided claim stays decided.
 
@@ -206,8 +209,8 @@ class Look:
 
 
 def look(tested: dict[Key, Pvalues], index: int, state: dict[Key, Decision], proto: Protocol) -> Look:
-    """Look `index` of the protocol: `tested` holds the p-values of the members tested at this look (their
-    first looks[index] pairs); the family's other members count with p = 1; `state` is the decisions of the
+    """Look `index` of the protocol: `tested` holds the p-values of the members tested at this look (the
+    pairs of its seeds, look_seeds); the family's other members count with p = 1; `state` is the decisions of the
     earlier looks, which stay. A pure function: the same inputs give the same decisions."""
     import numpy as np
 
@@ -244,6 +247,12 @@ def look(tested: dict[Key, Pvalues], index: int, state: dict[Key, Decision], pro
 def round_seeds(proto: Protocol, index: int) -> range:
     """The seeds round `index` trains: those its look reads beyond the previous look's (0-2, then 3-4, ...)."""
     return range(proto.looks[index - 1] if index else 0, proto.looks[index])
+
+
+def look_seeds(proto: Protocol, index: int) -> range:
+    """The seeds look `index` reads: those of rounds 0..index as declared (0-2, then 0-4, then 0-9), and no
+    other: a failed one is a missing pair, not replaced by a later round's seed."""
+    return range(proto.looks[index])
 
 
 def finished(step: Look, proto: Protocol, members=None) -> str | None:

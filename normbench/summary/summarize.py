@@ -6,7 +6,7 @@ TensorBoard runs.
     normbench summarize outputs/multirun/2025-01-01/12-00-00
     normbench summarize outputs --out reports/ --ref gn   # every run under outputs/, compared with gn
     normbench summarize SWEEP --select lr                  # the best lr per cell, chosen on validation
-    normbench summarize SWEEP --claims claims.yaml         # test these claims (normbench/summary/claims.py)
+    normbench summarize SWEEP --claims claims.yaml         # test these claims (summary/claims.py, verdicts.py)
 
 Runs are grouped by (study, data, model, norm label, column); the norm label is the norm's name plus
 every other setting that varies between runs of the same model (norm.masked, model.placement, lr, ...),
@@ -15,15 +15,17 @@ variable-length study. Each cell: n, mean, its 95% t-interval; each norm against
 per-seed (paired) differences, Holm-corrected within a table. Failed, diverged, incomplete and
 unreadable run directories are listed apart, never fatal.
 
-The flow, a module each: runs.py (find the runs, what each reports) -> labels.py (what tells them apart,
-the sweep's axes) -> tables.py (tables, budgets, paired tests) -> this module (compute, the files, the
-command line). It only computes (a `Summary`); report.py, plots.py, html_report.py and tensorboard.py
-show it.
+The flow, a module each: discover.py (find the runs, what each reports) -> labels.py (what tells them
+apart, the sweep's axes) -> tables.py (tables, budgets, paired tests), select.py (--select lr) ->
+claims.py (what was declared) -> verdicts.py (the claims tested, look by look of protocol.py) -> this
+module (compute, the files, the command line). It only computes (a `Summary`); show/report.py,
+claims_table.py, plots.py, html_report.py and tensorboard.py show it.
 """
 
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from pathlib import Path
 
 from normbench.errors import UserError
@@ -42,6 +44,7 @@ def compute(root: Path, ref: str = "bn", select: str | None = None, claims_file:
     raises UserError for a path without runs."""
     from normbench.summary import claims as claiming
     from normbench.summary import protocol as protocols
+    from normbench.summary import verdicts
 
     root = Path(root)
     if not root.is_dir():
@@ -53,6 +56,7 @@ def compute(root: Path, ref: str = "bn", select: str | None = None, claims_file:
                         "point it at a sweep directory or at outputs/")
     varied, constant = sweep_axes(runs)
     extensions: list[str] = []
+    pick = None  # how a look of the protocol keeps its seeds' runs (None: all of them)
     if select is None:
         kept = runs
         tables = build_tables(runs, label_runs(runs), ref)
@@ -68,8 +72,17 @@ def compute(root: Path, ref: str = "bn", select: str | None = None, claims_file:
         tables = build_tables(kept, labels, ref)
         selection.annotate(tables, chosen, select)
         extensions = selection.extensions(chosen, runs, labels, select, root)
+        pick = partial(selection.kept, key=select)  # a look's lrs chosen among its own seeds' runs alone
     proto = protocols.load() if protocol is None else protocol
-    tested = claiming.test(declared if declared is not None else claiming.declared(runs), kept, runs, proto)
+    tested = verdicts.test(declared if declared is not None else claiming.declared(runs), kept, runs, proto, pick)
+    if select is not None:  # a verdict read off an lr chosen at its grid's edge says so
+        for r in tested:
+            edge = [c for c in verdicts.cells_read(r.claim, runs, labels) if c in chosen
+                    and (chosen[c].low_edge or chosen[c].high_edge)]
+            if edge and r.n:
+                said = (f"reads {len(edge)} cell{'s' * (len(edge) > 1)} whose {select} was chosen at its grid's "
+                        f"edge (grids to widen)")
+                r.note = "; ".join(filter(None, [r.note, said]))
     family = proto.with_members(r.claim.key for r in tested if r.role == "primary")
     curves = lr_curves(runs, label_runs(runs, pooled=frozenset({"lr"}))) if "lr" in varied else []
     return Summary(root, runs, tables, varied, constant, ref, tested, extensions, costs(runs), curves,
@@ -80,7 +93,7 @@ def write_files(s: Summary, out: Path, plots: bool = True) -> dict[str, Path]:
     """summary.csv, summary_paired.csv, summary.json, summary.md, summary.html, and claims.csv where claims
     were tested; with `plots`, the PNG figures (also inline in the HTML page) and TensorBoard's summary runs
     under out/summary/."""
-    from normbench.summary.show import html_report, report
+    from normbench.summary.show import claims_table, html_report, report
 
     out.mkdir(parents=True, exist_ok=True)
     files = {"csv": out / "summary.csv", "paired_csv": out / "summary_paired.csv", "json": out / "summary.json",
@@ -90,7 +103,7 @@ def write_files(s: Summary, out: Path, plots: bool = True) -> dict[str, Path]:
     atomic_write_text(files["json"], report.to_json(s))
     if s.claims:
         files["claims_csv"] = out / "claims.csv"
-        atomic_write_text(files["claims_csv"], report.to_claims_csv(s))
+        atomic_write_text(files["claims_csv"], claims_table.to_claims_csv(s))
     else:  # no claims: no header-only file, and none left from an earlier summary with claims
         (out / "claims.csv").unlink(missing_ok=True)
     figures, svgs = {}, {}

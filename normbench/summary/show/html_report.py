@@ -16,6 +16,7 @@ from html import escape
 
 from normbench.config import flatten
 from normbench.summary.show import report
+from normbench.summary.show.claims_table import CLAIMS_COMPACT, CLAIMS_HEADER, claim_notes, claims_caption, claims_rows
 from normbench.summary.types import Summary, relative
 
 CSS = """
@@ -104,22 +105,22 @@ def _claims(s: Summary, svgs: dict[str, str]) -> list[str]:
     """The first screen: the claims' verdicts (compact) beside the main figure; then the claims in full and
     their forest plot."""
     main = next((name for name in svgs if name != "claims"), None)
-    compact = [[row[i] for i in report.CLAIMS_COMPACT] for row in report.claims_rows(s)]
+    compact = [[row[i] for i in CLAIMS_COMPACT] for row in claims_rows(s)]
     verdicts = [r.verdict for r in s.claims]
     tally = ", ".join(f"{verdicts.count(v)} {v}" for v in ("held", "refuted", "inconclusive", "exploratory")
                       if v != "exploratory" or v in verdicts)
-    left = (f"<h2>Claims: {escape(tally)}</h2>" + _table([report.CLAIMS_HEADER[i] for i in report.CLAIMS_COMPACT],
+    left = (f"<h2>Claims: {escape(tally)}</h2>" + _table([CLAIMS_HEADER[i] for i in CLAIMS_COMPACT],
                                                          compact, [["", "", "", f"v-{v}"] for v in verdicts])
             + "<p class=\"caption\">a − b in points; primary claims held / refuted / inconclusive after Holm over the "
               "declared family at a planned look (docs/protocol.md), exploratory ones estimated only; the "
               "full table, the tests and the forest plot follow</p>")
     right = f"<figure id=\"{escape(main)}\">{svgs[main]}</figure>" if main else ""
     parts = [f"<div class=\"first\"><div>{left}</div><div>{right}</div></div>",
-             "<h2>Claims in full</h2>" + _table(report.CLAIMS_HEADER, report.claims_rows(s),
-                                                 [[""] * (len(report.CLAIMS_HEADER) - 1) + [f"v-{r.verdict}"]
+             "<h2>Claims in full</h2>" + _table(CLAIMS_HEADER, claims_rows(s),
+                                                 [[""] * (len(CLAIMS_HEADER) - 1) + [f"v-{r.verdict}"]
                                                   for r in s.claims]),
-             f"<p class=\"caption\">{escape(report.claims_caption(s))}</p>",
-             "<ul class=\"caption\">" + "".join(f"<li>{escape(n)}</li>" for n in report.claim_notes(s)) + "</ul>"]
+             f"<p class=\"caption\">{escape(claims_caption(s))}</p>",
+             "<ul class=\"caption\">" + "".join(f"<li>{escape(n)}</li>" for n in claim_notes(s)) + "</ul>"]
     if "claims" in svgs:
         parts.append(f"<figure id=\"claims\">{svgs['claims']}</figure>")
     return parts

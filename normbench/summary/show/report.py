@@ -3,6 +3,8 @@
     header, body, best = table_rows(table)         # the same cells for every text format
     print_summary(summary); text = to_markdown(summary, figures)
 
+The claims, which open every format, are claims_table.py's; this module shows the rest.
+
 Accuracies in percent: mean [95% t-interval] over seeds; (n) where n < 3 or differs from the table's
 usual n; †k / ✗k for k diverged / failed runs in that cell (never in the mean). Bold: the top mean of a
 column and every norm not significantly below it. Paired comparisons in percentage points.
@@ -17,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from normbench.summary import stats
-from normbench.summary.claims import Claim, ClaimResult
+from normbench.summary.show import claims_table
 from normbench.summary.types import MIN_N, Comparison, Entry, Summary, Table, fmt_value, relative
 
 LEVEL_TEXT = f"{stats.LEVEL:.0%}"
@@ -121,101 +123,6 @@ def paired_caption() -> str:
             f"points, its mean and {LEVEL_TEXT} t-interval, a two-sided paired t-test, Holm-corrected over its table")
 
 
-def _side(c: Claim, sel: dict) -> str:
-    """'norm.name=gn batch_size=2 (test_acc)': a side's selector and the metric it reads."""
-    return " ".join(f"{k}={fmt_value(v)}" for k, v in sel.items() if k != "metric") + f" ({c.metric_of(sel)})"
-
-
-def hypothesis(c: Claim) -> str:
-    """The claim's alternative, as 'a − b > 0', '|a − b| < 1' (in points for accuracies)."""
-    m = f"{c.margin:g}"
-    return f"|a − b| < {m}" if c.expect == "equivalent" else f"a − b {'>' if c.expect == 'greater' else '<'} {m}"
-
-
-def _num(r: ClaimResult, v: float | None, signed: bool = True) -> str:
-    if v is None:
-        return ""
-    v *= r.claim.scale
-    return f"{v:+.1f}" if signed else f"{v:.1f}"
-
-
-def _p(p: float | None) -> str:
-    return "" if p is None else f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
-
-
-CLAIMS_HEADER = ["claim", "role", "hypothesis", "n", "a", "b", f"a − b [{LEVEL_TEXT} t]", "bootstrap", "p", "p (Holm)",
-                 "exact p (Holm)", "look (α)", "verdict"]
-CLAIMS_COMPACT = [0, 6, 9, 12]  # the columns the HTML's first screen shows
-
-
-def verdict_text(r: ClaimResult) -> str:
-    """'held · t-test', 'refuted · exact, budget-limited', 'inconclusive', 'exploratory': the verdict and
-    what it rests on."""
-    rests = [r.rests_on] if r.verdict in ("held", "refuted") and r.rests_on else []
-    rests += ["budget-limited"] * bool(r.budget_limited and r.verdict != "exploratory")
-    return r.verdict + (f" · {', '.join(rests)}" if rests else "")
-
-
-def _look(r: ClaimResult) -> str:
-    """'2/3 (0.0052)': the look that decided the claim (or last tested it), of the planned ones, and its α."""
-    return "" if r.look is None else f"{r.look}/{r.looks} ({r.level:.2g})"
-
-
-def claims_rows(s: Summary) -> list[list[str]]:
-    rows = []
-    for r in s.claims:
-        ci = f" [{_num(r, r.ci[0])}, {_num(r, r.ci[1])}]" if r.ci else ""
-        boot = f"[{_num(r, r.bootstrap[0])}, {_num(r, r.bootstrap[1])}]" if r.bootstrap else ""
-        rows.append([r.claim.name, r.role, hypothesis(r.claim), str(r.n), _num(r, r.mean_a, False),
-                     _num(r, r.mean_b, False), _num(r, r.estimate) + ci, boot, _p(r.p), _p(r.p_holm),
-                     _p(r.p_exact_holm), _look(r), verdict_text(r)])
-    return rows
-
-
-def claims_caption(s: Summary) -> str:
-    scoped = sorted({r.claim.study for r in s.claims if r.claim.study})
-    source = f"declared by experiment{'s' * (len(scoped) > 1)} {', '.join(scoped)}" if scoped else "given by --claims"
-    m, primary = len(s.claims), sum(r.role == "primary" for r in s.claims)
-    proto = s.protocol or {}
-    family = len(proto.get("family", []))
-    looks = ", ".join(f"{n} pairs at α {a:.2g}" for n, a in zip(proto.get("looks", []), proto.get("levels", [])))
-    return (f"{m} claims {source}: per-seed differences a − b (points for accuracies), their mean, {LEVEL_TEXT} "
-            f"t-interval and percentile bootstrap (few distinct resamples at n ≤ 5: read the t-interval); p: "
-            f"one-sided paired t-test against the margin (TOST for |a − b| < margin). {primary} primary claim"
-            f"{'s' * (primary != 1)} belong{'s' * (primary == 1)} to the confirmatory family of {family} claims "
-            f"(docs/protocol.md; untested members count with p = 1), tested at planned looks ({looks}; "
-            f"{proto.get('spending', '').replace('_', '-')} spending of α = {proto.get('alpha', 0.05):g}): p (Holm) "
-            f"over the family's {2 * family} hypotheses (each claim's and its opposite) at the look that decided "
-            f"it or last tested it; exact p (Holm): the sign-flip test over the same hypotheses. held / refuted: "
-            f"the claim's hypothesis / its opposite below the look's α after Holm, decided for good; · exact: the "
-            f"exact test rejects too (no normality needed), · t-test: it rests on the t-test's normality; "
-            f"budget-limited: a run it reads had not plateaued; inconclusive: neither yet. exploratory: not in the "
-            f"family, an estimate and an unadjusted p, no verdict")
-
-
-def claim_notes(s: Summary) -> list[str]:
-    """Each note once, with the claims it concerns (one note may hold for all), then each claim's cells."""
-    by_note: dict[str, list[str]] = {}
-    for r in s.claims:
-        for note in filter(None, r.note.split("; ")):
-            by_note.setdefault(note, []).append(r.claim.name)
-    notes = [f"{'every claim' if len(names) == len(s.claims) > 1 else ', '.join(names)}: {note}"
-             for note, names in by_note.items()]
-    return notes + [f"{r.claim.name}: a = {_side(r.claim, r.claim.a)}; b = {_side(r.claim, r.claim.b)}"
-                    for r in s.claims]
-
-
-def to_claims_csv(s: Summary) -> str:
-    buf = io.StringIO()
-    rows = [r.row() for r in s.claims]
-    fields = list(ClaimResult(Claim("", {}, {}, "greater")).row())
-    w = csv.DictWriter(buf, fieldnames=fields)
-    w.writeheader()
-    for row in rows:
-        w.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in row.items()})
-    return buf.getvalue()
-
-
 def sweep_lines(s: Summary) -> list[str]:
     varied = [f"{k} ∈ {{{', '.join(v)}}}" for k, v in s.varied.items()]
     constant = [f"{k}={v}" for k, v in s.constant.items()]
@@ -267,10 +174,7 @@ def to_markdown(s: Summary, figures: dict[str, Path] | None = None) -> str:
     lines = [f"# normbench summary of `{s.root}`", "", *[f"- {line}" for line in sweep_lines(s)], ""]
     figures = dict(figures or {})
     if s.claims:
-        lines += ["## Claims", "", f"_{claims_caption(s)}_", "", "| " + " | ".join(CLAIMS_HEADER) + " |",
-                  "|" + "---|" * len(CLAIMS_HEADER)]
-        lines += ["| " + " | ".join(row) + " |" for row in claims_rows(s)]
-        lines += ["", *[f"- {note}" for note in claim_notes(s)], ""]
+        lines += claims_table.markdown_lines(s)
         if "claims" in figures:
             lines += [f"![claims]({figures.pop('claims').name})", ""]
     if s.tables:
@@ -366,9 +270,6 @@ def to_json(s: Summary) -> str:
     }, indent=2, default=str) + "\n"
 
 
-VERDICT_STYLE = {"held": "bold green", "refuted": "bold red", "inconclusive": "yellow", "exploratory": "dim"}
-
-
 def print_summary(s: Summary, console=None) -> None:
     from rich.console import Console
     from rich.table import Table as RichTable
@@ -379,15 +280,7 @@ def print_summary(s: Summary, console=None) -> None:
     for line in sweep_lines(s):
         console.print(f"[dim]{line}[/]")
     if s.claims:  # the answers first
-        ct = RichTable(title="claims", title_justify="left")
-        for i, h in enumerate(CLAIMS_HEADER):
-            ct.add_column(h, justify="left" if i in (0, 1, 2, len(CLAIMS_HEADER) - 1) else "right", no_wrap=i != 0)
-        for r, row in zip(s.claims, claims_rows(s)):
-            ct.add_row(*row[:-1], f"[{VERDICT_STYLE[r.verdict]}]{row[-1]}[/]")
-        console.print(ct)
-        console.print(f"[dim]{claims_caption(s)}[/]")
-        for note in claim_notes(s):
-            console.print(f"[dim]- {note}[/]")
+        claims_table.print_claims(s, console)
     if s.tables:
         console.print("\n[bold]tables[/]")
         for i, t in enumerate(s.tables, 1):
