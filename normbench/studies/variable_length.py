@@ -93,19 +93,7 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, clock: PassC
             for length in v.test_lengths if length > rows
         }
     if precise_bn.has_running_stats(model):
-        control = cells.step_samples(model) is not None  # the control: only the steps past the trained ones
-        by_length, past_only = {}, {}
-        for length in past:
-            with clock("test_acc_by_length_precise_bn"):
-                stretched = stretched_precise_bn(model, splits, cfg, length)
-                by_length[str(length)] = evaluate(stretched, varlen.length_batches(x, y, length, ebs)).acc
-            if control:  # the same re-estimation, the steps before max_len given back their trained statistics
-                with clock("test_acc_by_length_precise_bn_past"):
-                    cells.restore_steps(stretched, model, v.max_len)
-                    past_only[str(length)] = evaluate(stretched, varlen.length_batches(x, y, length, ebs)).acc
-        out["test_acc_by_length_precise_bn"] = by_length
-        if control:
-            out["test_acc_by_length_precise_bn_past"] = past_only
+        out.update(_precise_bn_by_length(model, splits, cfg, past, clock))
     derived = out.setdefault("eval_derived", {})
     with clock("test_acc_mixed"):
         scores = evaluate(model, varlen.padded_batches(x, y, mixed, ebs, value=value), per_sample=True)
@@ -133,6 +121,27 @@ def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, clock: PassC
         out["padding_shift"] = ([padding_shift(m, splits, cfg, mixed, value, seed)
                                  for m, seed in zip(model.unpacked(), model.seeds)] if isinstance(model, Members)
                                 else padding_shift(model, splits, cfg, mixed, value, cfg.seed))
+    return out
+
+
+def _precise_bn_by_length(model: nn.Module, splits: data.Splits, cfg: Config, lengths: list[int],
+                          clock: PassClock) -> dict[str, Any]:
+    """Test accuracy at each length past the trained ones after PreciseBN on training images stretched to
+    it; with per-step statistics, also the control that re-estimates only the steps past the trained ones."""
+    x, y, ebs, max_len = splits.test_x, splits.test_y, cfg.eval_batch_size, cfg.varlen.max_len
+    control = cells.step_samples(model) is not None
+    by_length, past_only = {}, {}
+    for length in lengths:
+        with clock("test_acc_by_length_precise_bn"):
+            stretched = stretched_precise_bn(model, splits, cfg, length)
+            by_length[str(length)] = evaluate(stretched, varlen.length_batches(x, y, length, ebs)).acc
+        if control:  # the same re-estimation, the steps before max_len given back their trained statistics
+            with clock("test_acc_by_length_precise_bn_past"):
+                cells.restore_steps(stretched, model, max_len)
+                past_only[str(length)] = evaluate(stretched, varlen.length_batches(x, y, length, ebs)).acc
+    out: dict[str, Any] = {"test_acc_by_length_precise_bn": by_length}
+    if control:
+        out["test_acc_by_length_precise_bn_past"] = past_only
     return out
 
 
