@@ -238,7 +238,15 @@ def faults(cluster, data_root, tmp_path_factory):
         TIMINGS["USR2 to the first task, after"] = time.monotonic() - t0
         slurm("scancel", f"{job_a}_{out['cancelled']}")
         TIMINGS["scancel of the second, after"] = time.monotonic() - t0
-        b_run = wait_for(sweep_b, "*/results.json", "sweep B's run").parent
+        # B's one task waits for a CPU behind A's requeued and pending tasks: in CI on 2026-12-03 its run did
+        # not appear within 120 s (it did in 3 of 5 runs here), so the wait is longer, and a miss says what the
+        # queue held
+        try:
+            b_run = wait_for(sweep_b, "*/results.json", "sweep B's run", timeout=360).parent
+        except AssertionError:
+            queue = subprocess.run(["squeue", "-a", "-o", "%i %T %r %M"], capture_output=True, text=True).stdout
+            b_err = procs["b"].stderr.read()[-2000:] if procs["b"].poll() is not None else "(still running)"
+            raise AssertionError(f"sweep B's run never appeared; queue:\n{queue}\nsweep B: {b_err}") from None
         twins = {"a": twin(args_a, preempted, "twin_a"), "b": twin(args_b, b_run, "twin_b")}
         for name, proc in procs.items():
             stdout, stderr = proc.communicate(timeout=400)
