@@ -380,7 +380,7 @@ def test_a_per_seed_pack_trains_each_seeds_members_on_that_seeds_split_as_plain_
     each seed has its own validation split and subset, and a packed model trains on one split: the members
     of each seed train packed together (their lrs), one seed after another, each group checkpointed in its
     first member's directory. Every number in each member's results.json must match its run's."""
-    from normbench.pack.plan import groups, mode_for
+    from normbench.pack.plan import decide, groups
 
     cfg = config(tiny_root, "mlp", "bn", pack=PackConfig(seeds=[0, 1], lrs=[1e-3, 3e-3], mode="packed"))
     cfg.max_steps, cfg.log_every = 5, 5
@@ -389,7 +389,7 @@ def test_a_per_seed_pack_trains_each_seeds_members_on_that_seeds_split_as_plain_
     assert [g.pack.seeds for g, _ in groups(cfg)] == [[0], [1]]
     assert [ks for _, ks in groups(replace(cfg, data=replace(cfg.data, split="fixed")))] == [[0, 1, 2, 3]]
     # one member per seed: nothing to pack, so auto runs them one after another
-    assert mode_for(replace(cfg, pack=PackConfig(seeds=[0, 1, 2])), "cpu") == "sequential"
+    assert decide(replace(cfg, pack=PackConfig(seeds=[0, 1, 2])), tmp_path, "cpu").mode == "sequential"
     with torch_dtype(torch.float64):
         summary = runner.run(cfg, tmp_path / "pack")
         assert summary["status"] == "completed" and len(summary["members"]) == 4

@@ -4,7 +4,7 @@
     validate_pack(cfg)                      # UserError (one line) for each way a pack is asked for wrongly
     members(cfg)                            # [("lr=0.001,seed=3", member config), ...]: lrs outer, seeds inner
     groups(cfg)                             # [(group config, [member index, ...]), ...]: trained as one each
-    mode_for(cfg, "cpu")                    # PackMode.packed or PackMode.sequential on this kind of device
+    packs_faster(cfg, "cpu")                # would pack.mode=auto pack it on this kind of device?
 
 Each member is the single run it stands for: its own seed and lr, `pack` unset. This module imports only
 the config (the device comes in as its type), so the runner plans a pack before it builds anything.
@@ -63,24 +63,20 @@ def members(cfg: Config) -> list[tuple[str, Config]]:
     return out
 
 
-def groups(cfg: Config) -> list[tuple[Config, list[int]]]:
-    """The members (indices into `members(cfg)`) that train as one computation, with the pack config that
-    stands for each group. A packed model trains on one shared split, so members train together only where
-    their data is the same: all of them with `data.split=fixed`; with `per_seed` (each seed its own
-    validation split and subset) the members of each seed, one seed after another, each group a pack of
-    its own with `pack.seeds=[seed]` (its lrs, or one member)."""
-    pack = members(cfg)
+def groups(cfg: Config, pack: list[tuple[str, Config]] | None = None) -> list[tuple[Config, list[int]]]:
+    """The members (indices into `members(cfg)`, or `pack` when already listed) that train as one
+    computation, with the pack config that stands for each group. A packed model trains on one shared
+    split, so members train together only where their data is the same: all of them with
+    `data.split=fixed`; with `per_seed` (each seed its own validation split and subset) the members of each
+    seed, one seed after another, each group a pack of its own with `pack.seeds=[seed]` (its lrs, or one
+    member)."""
+    pack = pack if pack is not None else members(cfg)
     by_split: dict[int, list[int]] = {}
     for k, (_, m) in enumerate(pack):
         by_split.setdefault(split_seed(m.data, m.seed), []).append(k)
     if len(by_split) == 1:
         return [(cfg, list(range(len(pack))))]
     return [(replace(cfg, pack=replace(cfg.pack, seeds=[pack[ks[0]][1].seed])), ks) for ks in by_split.values()]
-
-
-def group_size(cfg: Config) -> int:
-    """How many members train as one computation: the largest of `groups(cfg)`."""
-    return max(len(ks) for _, ks in groups(cfg))
 
 
 def member_values(values: Any, k: int) -> Any:
@@ -123,19 +119,8 @@ def packs_faster(cfg: Config, device_type: str = "cpu") -> bool:
     none were measured (a GPU without a checked-in table, MPS), every pack of two or more members trains
     packed, since there one small kernel per member leaves most of the device idle, which packing exists
     to fill."""
-    size = group_size(cfg)  # with data.split=per_seed, the members of one seed
-    return size >= 2 and rule_for(cfg, device_type, size)(cfg.batch_size)
-
-
-def mode_for(cfg: Config, device_type: str) -> PackMode:
-    """`pack.mode`, with `auto` decided by `packs_faster`."""
-    if cfg.pack.mode != PackMode.auto:
-        return cfg.pack.mode
-    if pack_limits(device_type) is None and group_size(cfg) > 1:
-        log.info("pack.mode=auto on %s packs %s together (no packing limits were measured on this kind of "
-                 "device: scripts/gpu_check.sh writes CUDA's; set pack.mode=sequential to train members one "
-                 "after another)", device_type, "every member" if len(groups(cfg)) == 1 else "each seed's members")
-    return PackMode.packed if packs_faster(cfg, device_type) else PackMode.sequential
+    size = max(len(ks) for _, ks in groups(cfg))  # with data.split=per_seed, the members of one seed
+    return _rule(pack_limits(device_type), cfg.model.name, size).faster(cfg.batch_size)
 
 
 @dataclass(frozen=True)
@@ -150,6 +135,10 @@ class PackRule:
         if self.max_batch is None:
             return True
         return batch <= self.max_batch and (self.max_samples is None or batch * self.size <= self.max_samples)
+
+    def faster(self, batch: int) -> bool:
+        """Does `pack.mode=auto` pack a group of this size training at `batch`? Never a single member."""
+        return self.size >= 2 and self(batch)
 
 
 @dataclass(frozen=True)
@@ -171,24 +160,33 @@ class Plan:
     mode: PackMode
 
 
-def rule_for(cfg: Config, device_type: str, size: int) -> PackRule:
-    limits = pack_limits(device_type)
+def _rule(limits: dict[str, tuple[int, int | None]] | None, model: str, size: int) -> PackRule:
     if limits is None:
         return PackRule(None, None, size)
-    max_batch, max_samples = limits.get(cfg.model.name, (0, None))
+    max_batch, max_samples = limits.get(model, (0, None))
     return PackRule(max_batch, max_samples, size)
 
 
 def decide(cfg: Config, run_dir: Path, device_type: str, recorded: PackMode | None = None) -> Plan:
-    """The pack's plan on this kind of device. `recorded`: the mode a pack being resumed was trained in
-    (its checkpoints are where that mode put them). Packed: each group of members sharing their data
-    (`groups`) is one computation, its checkpoint in the run directory (one group) or its first member's;
-    sequential: each member its own one-member run, checkpointed in its own directory."""
-    mode = recorded or mode_for(cfg, device_type)
+    """The pack's plan on this kind of device, its members, groups and limits each found once. `recorded`:
+    the mode a pack being resumed was trained in (its checkpoints are where that mode put them). Packed:
+    each group of members sharing their data (`groups`) is one computation, its checkpoint in the run
+    directory (one group) or its first member's; sequential: each member its own one-member run,
+    checkpointed in its own directory. `pack.mode=auto` packs where the largest group `packs_faster`."""
     pack = members(cfg)
+    found = groups(cfg, pack)
+    limits = pack_limits(device_type)
+    rules = [_rule(limits, cfg.model.name, len(ks)) for _, ks in found]
+    largest = max(rules, key=lambda r: r.size)
+    mode = recorded or cfg.pack.mode
+    if mode == PackMode.auto:
+        if limits is None and largest.size > 1:
+            log.info("pack.mode=auto on %s packs %s together (no packing limits were measured on this kind of "
+                     "device: scripts/gpu_check.sh writes CUDA's; set pack.mode=sequential to train members one "
+                     "after another)", device_type, "every member" if len(found) == 1 else "each seed's members")
+        mode = PackMode.packed if largest.faster(cfg.batch_size) else PackMode.sequential
     if mode == PackMode.sequential:
         return Plan(pack, [Group(m, [k], run_dir / name, PackRule(None, None, 1))
                            for k, (name, m) in enumerate(pack)], mode)
-    found = groups(cfg)
-    return Plan(pack, [Group(group_cfg, ks, run_dir if len(found) == 1 else run_dir / pack[ks[0]][0],
-                             rule_for(cfg, device_type, len(ks))) for group_cfg, ks in found], mode)
+    return Plan(pack, [Group(group_cfg, ks, run_dir if len(found) == 1 else run_dir / pack[ks[0]][0], rule)
+                       for (group_cfg, ks), rule in zip(found, rules)], mode)
