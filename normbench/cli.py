@@ -4,6 +4,7 @@
     normbench norms                           # the catalog
     normbench summarize PATH                  # a sweep -> tables, CSV, Markdown, plots
     normbench bench [--quick]                 # how fast the runner is (normbench/bench/)
+    normbench study [NAME ...] [scale=...]    # shipped studies through the declared protocol (normbench/study/)
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ commands:
   norms                        the normalization catalog: what each norm normalizes over, and its paper
   summarize PATH               turn a sweep's results.json files into tables, CSV, Markdown and plots
   bench [--quick]              time the runner against a hand-written loop, norms, cells and sweeps
+  study [NAME ...] [scale=...] run shipped studies through the declared protocol, plan and cost first
 
 examples:
   normbench train norm=ln model=rnn
   normbench train -m norm=bn,gn,ln batch_size=2,8,32,128
+  normbench study ghost_batch scale=quick --plan
   tensorboard --logdir outputs
 """
 
@@ -266,11 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "train":
         return _hydra_train(rest)
-    if command in ("summarize", "norms", "bench"):
+    if command in ("summarize", "norms", "bench", "study"):
         if command == "summarize":
             from normbench.summary.summarize import main as command_main
         elif command == "norms":
             from normbench.catalog import main as command_main
+        elif command == "study":
+            from normbench.study.command import main as command_main
         else:
             from normbench.bench import main as command_main
 
@@ -278,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
             return command_main(rest)
         except UserError as e:
             return _fail(e, False)
-    print(f"normbench: error: unknown command {command!r}; choose train, norms, summarize or bench "
+    print(f"normbench: error: unknown command {command!r}; choose train, norms, summarize, bench or study "
           "(see normbench --help)", file=sys.stderr)
     return 2
 

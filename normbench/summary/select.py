@@ -64,7 +64,7 @@ class Choice:
         return f"{key}={shown}" + f" {EDGE}" * (self.low_edge or self.high_edge)
 
 
-def _cell_key(run: Run, label: str) -> tuple:
+def cell_key(run: Run, label: str) -> tuple:
     column = None if run.varlen else run.config.get("batch_size")
     return (run.varlen, run.table_study, run.config.get("data.name"), run.config.get("model.name"), label, column)
 
@@ -91,7 +91,7 @@ def choose(runs: list[Run], key: str, labels: dict) -> dict[tuple, Choice]:
     for r in runs:
         if not r.config or r.path not in labels:
             continue
-        cell, seed = _cell_key(r, labels[r.path]), int(r.config.get("seed", 0))
+        cell, seed = cell_key(r, labels[r.path]), int(r.config.get("seed", 0))
         tried[cell][seed].add(r.config.get(key))
         if (v := score(r)) is not None:
             scores[cell][r.config.get(key)][seed] = v
@@ -126,7 +126,7 @@ def kept(runs: list[Run], key: str) -> list[Run]:
 def kept_by(chosen: dict[tuple, Choice], run: Run, labels: dict, key: str) -> bool:
     """Is `run` at the value chosen for its seed in its cell? (Failed and diverged runs there too: their cell
     marks them; a claim reads a diverged one at chance.)"""
-    c = chosen.get(_cell_key(run, labels.get(run.path))) if run.config else None
+    c = chosen.get(cell_key(run, labels.get(run.path))) if run.config else None
     if c is None:
         return False
     seed = int(run.config.get("seed", 0))
@@ -183,7 +183,7 @@ def extensions(chosen: dict[tuple, Choice], runs: list[Run], labels: dict, key: 
     by_cell: dict[tuple, Run] = {}
     for r in runs:
         if r.config and r.path in labels:
-            by_cell.setdefault(_cell_key(r, labels[r.path]), r)
+            by_cell.setdefault(cell_key(r, labels[r.path]), r)
     commands = []
     for cell, c in chosen.items():
         run = by_cell.get(cell)

@@ -125,12 +125,12 @@ def write_files(s: Summary, out: Path, plots: bool = True) -> dict[str, Path]:
 
 
 def summarize(root: Path, out: Path | None = None, plots: bool = True, console=None, ref: str = "bn",
-              select: str | None = None, claims_file: Path | None = None) -> dict[str, Path]:
+              select: str | None = None, claims_file: Path | None = None, protocol=None) -> dict[str, Path]:
     """Summarize every run under `root` into `out` (default `root`): print the tables, write the files;
     returns the files written."""
     from normbench.summary.show import report
 
-    summary = compute(root, ref, select, claims_file)
+    summary = compute(root, ref, select, claims_file, protocol)
     report.print_summary(summary, console)
     return write_files(summary, Path(out or root), plots=plots)
 

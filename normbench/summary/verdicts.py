@@ -95,11 +95,14 @@ def _seed(run: Run) -> int:
     return int(run.config.get("seed", 0))
 
 
+def selects(side: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Does a claim side's selector pick a run (or a job) of this flattened config?"""
+    return all(_matches(config.get(k), v) for k, v in side.items() if k != "metric")
+
+
 def _matching(claim: Claim, side: dict[str, Any], runs: list[Run]) -> list[Run]:
     """The runs a side's selector picks (its study's runs only, for a claim an experiment declared)."""
-    keys = {k: v for k, v in side.items() if k != "metric"}
-    return [r for r in runs if r.config and not (claim.study and r.study != claim.study)
-            and all(_matches(r.config.get(k), v) for k, v in keys.items())]
+    return [r for r in runs if r.config and not (claim.study and r.study != claim.study) and selects(side, r.config)]
 
 
 @dataclass
@@ -179,9 +182,9 @@ def _chance_note(runs: list[Run]) -> str:
 def cells_read(claim: Claim, runs: list[Run], labels: dict) -> set[tuple]:
     """The cells (select.py's cell keys) whose runs a claim's sides select: what a study trains for it, and
     where its lr choices are read (protocol.widen)."""
-    from normbench.summary.select import _cell_key
+    from normbench.summary.select import cell_key
 
-    return {_cell_key(r, labels[r.path]) for side in (claim.a, claim.b) for r in _matching(claim, side, runs)
+    return {cell_key(r, labels[r.path]) for side in (claim.a, claim.b) for r in _matching(claim, side, runs)
             if r.path in labels}
 
 

@@ -1,0 +1,147 @@
+"""`normbench study`: shipped studies run through the declared protocol, their plan and cost printed first.
+
+    normbench study ghost_batch                          # the laptop size, into outputs/study/
+    normbench study ghost_batch scale=quick --plan       # the plan and its estimate only (calibrates)
+    normbench study all scale=laptop budget=12h jobs=2   # every shipped study: the reproduce
+    normbench study all out=outputs/reproduce            # ... run again: it resumes where it stopped
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+from normbench.errors import UserError
+from normbench.study import jobs as joblist
+from normbench.study import spec
+from normbench.study.estimate import schedule
+from normbench.study.rounds import Study, _hms, selection
+from normbench.summary import protocol as protocols
+
+SETTINGS = ("scale", "budget", "out", "jobs", "protocol")
+
+
+def parse_budget(text: str | None) -> float | None:
+    """'2h', '90m', '1.5h', '3600s', '3600': seconds; None: no budget."""
+    if text in (None, "", "none", "null"):
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([hms]?)\s*", str(text))
+    if not m:
+        raise UserError(f"budget={text}", "give a duration, e.g. budget=2h, budget=90m or budget=3600s")
+    return float(m.group(1)) * {"h": 3600, "m": 60, "s": 1, "": 1}[m.group(2)]
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="normbench study", description="Run shipped studies through the declared protocol (docs/protocol.md): "
+        "rounds of seeds, a look at the family after each, lr grids widened at their edges, later rounds only "
+        "for the claims still undecided. Prints the plan and its estimated time first; run it again to resume.",
+        epilog="settings can also be given as key=value: scale=quick budget=2h out=DIR jobs=2")
+    p.add_argument("studies", nargs="*", help=f"shipped studies ({', '.join(spec.names())}) or all (default)")
+    p.add_argument("--scale", default="laptop", help="quick (minutes) | laptop (the record) | full (as shipped); "
+                   "normbench/study/plans/<name>.yaml sizes each (default: laptop)")
+    p.add_argument("--budget", default=None, help="stop before a round that would not fit, e.g. 2h (default: none)")
+    p.add_argument("--out", type=Path, default=Path("outputs/study"), help="the study's folder (default: outputs/study)")
+    p.add_argument("--jobs", type=int, default=2, help="trainings side by side, one torch thread each (default: 2)")
+    p.add_argument("--protocol", type=Path, default=None, help="a protocol.yaml of your own, declared before the "
+                   "first run (default: normbench/configs/protocol.yaml)")
+    p.add_argument("--plan", action="store_true", help="print the plan and its estimate, train nothing")
+    # key=value, as the train command takes its settings
+    argv = [f"--{a}" if a.split("=", 1)[0] in SETTINGS and "=" in a else a for a in argv]
+    args = p.parse_args(argv)
+    if args.jobs < 1:
+        raise UserError(f"jobs={args.jobs}", "run at least one job at a time, e.g. jobs=2")
+    return args
+
+
+def _computations(job: joblist.Job, seeds) -> int:
+    """How many computations `normbench train` makes of the job's pack (pack.plan.decide, on the CPU)."""
+    from dataclasses import replace
+
+    from normbench.pack import plan
+    from normbench.study.estimate import compose
+
+    cfg = compose(list(job.overrides))
+    cfg = replace(cfg, pack=replace(cfg.pack, seeds=list(seeds)))
+    with tempfile.TemporaryDirectory() as tmp:
+        return len(plan.decide(cfg, Path(tmp), "cpu").groups)
+
+
+def plan(study: Study, say=print) -> list[float]:
+    """Print the plan: each round's jobs, runs, computations and estimated time (round 1 exactly; later
+    rounds at most: every primary claim's cells, as if none were decided). Returns the estimates."""
+    proto = study.proto
+    say(f"normbench study {' '.join(s.name for s in study.studies)} scale={study.scale} out={study.out} "
+        f"jobs={study.workers}" + (f" budget={_hms(study.budget)}" if study.budget else ""))
+    say(f"protocol: alpha {proto.alpha} over looks at {', '.join(map(str, proto.looks))} seeds ({proto.spending}); "
+        f"lr grids widened by up to {proto.widen_limit} values a side (docs/protocol.md)")
+    estimates = []
+    for index in range(len(proto.looks)):
+        seeds = list(protocols.round_seeds(proto, index))
+        jobs = study.round_jobs(index, None)
+        seconds = [study.estimate(j, seeds) for j in jobs]
+        runs = sum(j.members_per_seed * len(seeds) for j in jobs)
+        comps = sum(_computations(j, seeds) for j in jobs)
+        estimates.append(schedule(seconds, study.workers))
+        bound = "" if index == 0 else "at most "
+        say(f"round {index + 1}, seeds {seeds[0]}-{seeds[-1]}: {bound}{len(jobs)} jobs, {runs} runs, {comps} "
+            f"computations, {bound}~{_hms(estimates[-1])}"
+            + (" (before any lr value widening adds)" if index == 0 else
+               " (the cells of the primary claims still undecided)"))
+        if index == 0:
+            for s in study.studies:
+                for sweep, overrides in s.sweeps_at(study.scale).items():
+                    n = sum(1 for j in jobs if j.study == s.name and j.sweep == sweep)
+                    say(f"  {s.name}/{sweep}: {n} job{'s' * (n > 1)}: normbench train -m {' '.join(overrides)} "
+                        f"pack.seeds=[{','.join(map(str, seeds))}]")
+    total = sum(estimates)
+    say(f"in all: ~{_hms(estimates[0])} for round 1, at most ~{_hms(total)} if every round runs"
+        + (f"; budget {_hms(study.budget)}" if study.budget else ""))
+    return estimates
+
+
+def main(argv: list[str]) -> int:
+    args = _args(argv)
+    from normbench.summary.summarize import summarize
+
+    studies = spec.resolve(args.studies)
+    for s in studies:
+        s.sweeps_at(args.scale)  # an unknown scale fails before anything runs
+    study = Study(studies, args.scale, args.out, args.jobs, parse_budget(args.budget), protocol=args.protocol)
+    estimates = plan(study)
+    spent = study.state.spent
+    if study.budget is not None and spent == 0 and estimates[0] > study.budget:
+        raise UserError(f"round 1 needs ~{_hms(estimates[0])}, more than budget={args.budget}",
+                        "shrink it: scale=quick, fewer studies, more jobs=, or a larger budget=")
+    if args.plan:
+        return 0
+    if spent:
+        print(f"resuming {args.out}: {_hms(spent)} trained so far")
+    try:
+        why = study.run()
+    except KeyboardInterrupt:
+        print(f"normbench: interrupted: run the same command again to continue ({args.out}/study.json)",
+              file=sys.stderr)
+        return 130
+    print(f"stopped: {why}; trained {_hms(study.state.spent)} in all ("
+          + ", ".join(f"round {k}: {_hms(v)}" for k, v in study.state.seconds.items()) + ")")
+    for s in studies:
+        if (args.out / s.name).is_dir():
+            summarize(args.out / s.name, args.out / s.name / "summary", console=_quiet(),
+                      select=selection(args.out / s.name), protocol=study.proto)
+    files = summarize(args.out, args.out / "summary", select=selection(args.out), protocol=study.proto)
+    print("wrote " + ", ".join(str(f) for f in files.values()))
+    if study.failed:
+        print(f"normbench: error: {len(study.failed)} job(s) failed: {'; '.join(study.failed)}; run the same "
+              "command again to retry them", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _quiet():
+    from rich.console import Console
+
+    return Console(file=open("/dev/null", "w"))

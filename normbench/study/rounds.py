@@ -1,0 +1,279 @@
+"""A study run through the declared protocol, round by round (docs/protocol.md):
+
+    round 1 trains every job of the studies at seeds 0-2; before look 1 counts, each cell an undecided primary
+    claim reads that chose its lr at its grid's edge gets the next grid value (at the round's seeds, up to
+    protocol.widen_limit per side); look 1 decides what it can; round 2 trains, at seeds 3-4, only the jobs
+    the still-undecided claims read; and so on, until every primary claim is decided, the last look is
+    taken, or the budget is spent.
+
+Nothing about a look is stored: each is replayed from the runs in the output folder (summary.summarize's
+`compute`, which tests the family look by look), so running the same command again resumes where it
+stopped. `study.json` keeps what is not in the runs: the settings, the grid values widening added, the
+jobs finished, and the seconds each round took.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from normbench.errors import UserError
+from normbench.study import jobs as joblist
+from normbench.study import spec
+from normbench.study.estimate import Calibrations, schedule
+from normbench.summary import protocol as protocols
+
+STATE = "study.json"
+
+
+@dataclass
+class State:
+    """What the output folder's study.json keeps between invocations."""
+    studies: list[str]
+    scale: str
+    widened: list[dict] = field(default_factory=list)  # {"study", "base", "lr", "round"}
+    done: list[str] = field(default_factory=list)  # job folders whose `normbench train` exited 0
+    seconds: dict[str, float] = field(default_factory=dict)  # "1", "1 widening", "2", ...: seconds trained
+    finished: str | None = None
+
+    @classmethod
+    def open(cls, out: Path, studies: list[str], scale: str) -> State:
+        path = out / STATE
+        if not path.is_file():
+            return cls(studies, scale)
+        raw = json.loads(path.read_text())
+        if raw["studies"] != studies or raw["scale"] != scale:
+            raise UserError(f"{out} holds a study of {', '.join(raw['studies'])} at scale={raw['scale']}",
+                            "rerun it with those settings to continue it, or choose another out=")
+        return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
+
+    def save(self, out: Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / STATE).write_text(json.dumps(self.__dict__, indent=1))
+
+    @property
+    def spent(self) -> float:
+        return sum(self.seconds.values())
+
+
+def primary_claims(study: spec.Study):
+    """The primary claims `study`'s experiment declares (claims.parse, as summarize reads them)."""
+    import yaml
+
+    from normbench.summary.claims import parse
+
+    path = spec.EXPERIMENTS / f"{study.experiment}.yaml"
+    raw = yaml.safe_load(path.read_text()).get("claims")
+    return [c for c in parse(raw, str(path), study.experiment) if c.role == "primary"]
+
+
+def open_after(results, look_index: int) -> set[tuple[str, str]]:
+    """The primary claims not decided by looks 0..look_index-1 (0-based): what round `look_index` trains
+    and widens for."""
+    return {r.claim.key for r in results if r.role == "primary"
+            and (r.verdict == "inconclusive" or (r.look or 0) > look_index)}
+
+
+class Study:
+    """Runs `studies` at `scale` into `out`, `workers` jobs side by side, within `budget` seconds."""
+
+    def __init__(self, studies: list[spec.Study], scale: str, out: Path, workers: int, budget: float | None,
+                 say=print, protocol: Path | None = None):
+        self.studies, self.scale, self.out = studies, scale, Path(out)
+        self.workers, self.budget, self.say = max(1, workers), budget, say
+        self.proto = protocols.load() if protocol is None else protocols.load(Path(protocol))
+        self.state = State.open(self.out, [s.name for s in studies], scale)
+        self.calibrations = Calibrations(self.out / "calibration.json", say)
+        self.claims = {s.name: primary_claims(s) for s in studies}
+        self.failed: list[str] = []
+
+    # --- what each round trains --------------------------------------------------------------------------
+
+    def universe(self) -> list[joblist.Job]:
+        return [j for s in self.studies for j in joblist.study_jobs(s, self.scale, self.state.widened)]
+
+    def round_jobs(self, index: int, open_keys: set | None) -> list[joblist.Job]:
+        """Round `index`'s jobs: all of them in round 1; later, those an open primary claim reads (every
+        primary claim when `open_keys` is None: the plan's upper bound)."""
+        jobs = [j for j in self.universe() if j.since <= index + 1]
+        if index == 0:
+            return jobs
+        claims = [c for s in self.studies for c in self.claims[s.name] if open_keys is None or c.key in open_keys]
+        return [j for j in jobs if j.reads(claims)]
+
+    def estimate(self, job: joblist.Job, seeds) -> float:
+        """Seconds for `job` at `seeds`: its sweep's calibration at this batch size (at round 1's seeds),
+        scaled by the seeds."""
+        first = protocols.round_seeds(self.proto, 0)
+        rep = next(j for j in self.universe() if j.study == job.study and j.sweep == job.sweep
+                   and j.config.get("batch_size") == job.config.get("batch_size"))
+        cal = self.calibrations.get(list(rep.overrides), list(first))
+        return cal.seconds * len(seeds) / len(first)
+
+    # --- training ------------------------------------------------------------------------------------------
+
+    def train(self, jobs: list[joblist.Job], index: int, label: str, key: str | None = None) -> None:
+        """`jobs` at round `index`'s seeds, `workers` side by side, each its own `normbench train` (logged
+        beside its folder); those finished before are skipped. Their seconds count under `key` (default:
+        the round's number; widening's under "<round> widening")."""
+        seeds = list(protocols.round_seeds(self.proto, index))
+        todo = [j for j in jobs if str(joblist.directory(j, index, self.out)) not in self.state.done]
+        if not todo:
+            return
+        self.say(f"{label}: {len(todo)} job{'s' * (len(todo) > 1)} at seeds {seeds[0]}-{seeds[-1]}, "
+                 f"{self.workers} at once")
+        started = time.perf_counter()
+        key = key or str(index + 1)
+        with ThreadPoolExecutor(self.workers) as pool:
+            futures = {pool.submit(self._one, j, seeds, index): j for j in todo}
+            for n, future in enumerate(as_completed(futures), 1):
+                job, (code, seconds, log) = futures[future], future.result()
+                where = joblist.directory(job, index, self.out)
+                if code == 0:
+                    self.state.done.append(str(where))
+                else:
+                    self.failed.append(f"{job.study}/{job.name} (exit {code}; {log})")
+                self.say(f"  [{n}/{len(todo)}] {job.study}/{job.name}: "
+                         f"{'done' if code == 0 else f'FAILED (exit {code}), see {log}'} in {seconds:.0f} s")
+                self.state.save(self.out)
+        self.state.seconds[key] = self.state.seconds.get(key, 0.0) + time.perf_counter() - started
+        self.state.save(self.out)
+
+    def _one(self, job: joblist.Job, seeds, index: int):
+        where = joblist.directory(job, index, self.out)
+        cmd = joblist.command(job, seeds, self.out, index)
+        log = where.parent / f"{job.name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        with open(log, "a") as f:
+            f.write("$ " + " ".join(cmd[2:]) + "\n")
+            f.flush()
+            code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=False).returncode
+        return code, time.perf_counter() - started, log
+
+    # --- looks -----------------------------------------------------------------------------------------------
+
+    def results(self):
+        """Every claim of the runs so far, tested look by look (the summary `normbench summarize OUT
+        --select lr` prints)."""
+        from normbench.summary.summarize import compute
+
+        return compute(self.out, select=selection(self.out), protocol=self.proto)
+
+    def widen(self, index: int) -> None:
+        """Before look `index` counts: the next grid value of every cell an open primary claim reads whose lr
+        was chosen at its grid's edge at this look's seeds, trained at the round's seeds, until none is at an
+        edge or each is at the limit."""
+        from normbench.summary import select
+        from normbench.summary.discover import find_runs
+        from normbench.summary.labels import label_runs
+        from normbench.summary.verdicts import cells_read
+
+        while True:
+            summary = self.results()
+            open_keys = open_after(summary.claims, index)
+            seeds = set(protocols.look_seeds(self.proto, index))
+            runs = [r for r in find_runs(self.out) if r.config and int(r.config.get("seed", 0)) in seeds]
+            if not runs or not open_keys:
+                return
+            labels = label_runs(runs, pooled=frozenset({"lr"}))
+            chosen = select.choose(runs, "lr", labels)
+            cells = set()
+            for r in summary.claims:
+                if r.claim.key in open_keys:
+                    cells |= cells_read(r.claim, runs, labels)
+            declared = {}  # each cell's grid as round 1 trained it
+            for run in runs:
+                if run.path in labels and (base := joblist.base_of(run.path, self.out)) and "-lr" not in base[1]:
+                    declared.setdefault(select.cell_key(run, labels[run.path]), set()).add(run.config.get("lr"))
+            added = []
+            for w in protocols.widen(chosen, cells, {c: sorted(v) for c, v in declared.items()},
+                                     self.proto.widen_limit):
+                if w.at_limit:
+                    self.say(f"  {w.cell[1]} {w.cell[4]}: its lr sits at the {w.side} edge with "
+                             f"{w.added} values added: the limit; the look counts as it is")
+                    continue
+                base = next((joblist.base_of(r.path, self.out) for r in runs if r.path in labels
+                             and select.cell_key(r, labels[r.path]) == w.cell), None)
+                if base is None:
+                    continue
+                entry = {"study": base[0], "base": base[1].split("-lr")[0], "lr": w.value, "round": index + 1}
+                if not any(e["study"] == entry["study"] and e["base"] == entry["base"] and e["lr"] == w.value
+                           for e in self.state.widened):
+                    self.state.widened.append(entry)
+                    added.append(entry)
+            if not added:
+                return
+            self.state.save(self.out)
+            names = {(e["study"], f"{e['base']}-lr{e['lr']:g}") for e in added}
+            new = [j for j in self.universe() if (j.study, j.name) in names]
+            self.train(new, index, f"round {index + 1}, widening {len(new)} lr grid"
+                                   f"{'s' * (len(new) > 1)} before look {index + 1} counts", f"{index + 1} widening")
+
+    # --- the whole study -------------------------------------------------------------------------------------
+
+    def run(self) -> str:
+        """Round after round until the study may stop; returns why it stopped."""
+        open_keys, why = None, ""
+        for index in range(len(self.proto.looks)):
+            jobs = self.round_jobs(index, open_keys)
+            seeds = protocols.round_seeds(self.proto, index)
+            if self.budget is not None:
+                need = schedule([self.estimate(j, seeds) for j in jobs
+                                 if str(joblist.directory(j, index, self.out)) not in self.state.done], self.workers)
+                if self.state.spent + need > self.budget:
+                    why = (f"the budget is spent: round {index + 1} would need ~{_hms(need)} and "
+                           f"{_hms(max(0.0, self.budget - self.state.spent))} is left")
+                    break
+            self.train(jobs, index, f"round {index + 1}")
+            self.widen(index)
+            summary = self.results()
+            self._say_look(summary, index)
+            open_keys = open_after(summary.claims, index + 1) & self._members()
+            if not open_keys:
+                why = "every primary claim of these studies is decided"
+                break
+            if index == len(self.proto.looks) - 1:
+                why = f"the last look ({self.proto.looks[-1]} seeds) has been taken"
+                break
+        self.state.finished = why
+        self.state.save(self.out)
+        return why
+
+    def _members(self) -> set:
+        return {c.key for s in self.studies for c in self.claims[s.name]}
+
+    def _say_look(self, summary, index: int) -> None:
+        mine = self._members()
+        rows = [r for r in summary.claims if r.claim.key in mine]
+        decided = [r for r in rows if r.verdict in ("held", "refuted") and r.look == index + 1]
+        still = open_after(rows, index + 1)
+        self.say(f"look {index + 1} (seeds 0-{self.proto.looks[index] - 1}, level {self.proto.levels[index]:.3g}): "
+                 f"{len(decided)} decided here, {len(still)} of {len(rows)} primary claims still open")
+        for r in decided:
+            s, (lo, hi) = r.claim.scale, r.ci or (math.nan, math.nan)
+            self.say(f"  {r.verdict}: {r.claim.study} · {r.claim.name}: {s * r.estimate:+.1f} "
+                     f"[{s * lo:+.1f}, {s * hi:+.1f}] over {r.n} pairs")
+
+
+def selection(root: Path) -> str | None:
+    """`--select lr` where the runs under `root` vary the lr (each cell's lr chosen on validation), else none."""
+    from normbench.summary.discover import find_runs
+    from normbench.summary.labels import sweep_axes
+
+    varied, _ = sweep_axes(find_runs(root))
+    return "lr" if "lr" in varied else None
+
+
+def _hms(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"

@@ -1,0 +1,87 @@
+"""The line a `normbench train -m` sweep prints before its first run: its jobs, runs, computations and
+estimated time, as `normbench study` plans a round (a Hydra callback, `hydra.callbacks.plan` in
+configs/config.yaml; it runs once, in the process that launches the sweep).
+
+    sweep: 24 jobs, 360 runs, 120 computations, ~1 h 05 min on this machine with 2 at once (calibrated)
+
+The estimate calibrates one job per model and batch size (estimate.py: a few steps and the whole
+evaluation suite, in this process) and projects each job from it; a sweep of at most SMALL steps in all
+is not worth the seconds a calibration takes and says so instead.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from hydra.experimental.callback import Callback
+
+SMALL = 5000  # steps in all, below which the sweep is not calibrated
+
+
+class SweepPlan(Callback):
+    def on_multirun_start(self, config, **kwargs: Any) -> None:
+        if not _launcher_loads(config):  # the launcher's own one-line error comes next: no plan before it
+            return
+        try:
+            line = plan_line(list(config.hydra.overrides.task), _workers(config))
+        except Exception as e:  # noqa: BLE001  a plan that cannot be made never stops the sweep
+            line = f"sweep: (no plan: {type(e).__name__}: {e})"
+        print(f"normbench: {line}", file=sys.stderr, flush=True)
+
+
+def _launcher_loads(config) -> bool:
+    import importlib
+
+    target = str((config.hydra.get("launcher") or {}).get("_target_") or "")
+    try:
+        module = importlib.import_module(target.rsplit(".", 1)[0])
+    except Exception:  # noqa: BLE001  ImportError, or a plugin that fails as it loads
+        return False
+    return getattr(module, "MISSING_EXTRA", None) is None  # normbench's SLURM launcher without its extra
+
+
+def _workers(config) -> int:
+    launcher = config.hydra.get("launcher") or {}
+    return int(launcher.get("n_jobs") or launcher.get("array_parallelism") or 1)
+
+
+TRAIN_IMAGES = {"fashion_mnist": 60000, "cifar10": 50000}
+
+
+def _steps(cfg) -> int:
+    """The job's steps, from its config alone (no data read): is the sweep worth calibrating?"""
+    images = cfg.data.subset or TRAIN_IMAGES.get(cfg.data.name, 60000) - cfg.data.val_size
+    full = cfg.epochs * max(1, images // cfg.batch_size)
+    return min(full, cfg.max_steps) if cfg.max_steps else full
+
+
+def plan_line(overrides: list[str], workers: int) -> str:
+    from pathlib import Path
+    from tempfile import TemporaryDirectory
+
+    from normbench.pack import plan
+    from normbench.study import spec
+    from normbench.study.estimate import Calibrations, compose, schedule
+    from normbench.study.rounds import _hms
+
+    jobs = spec.jobs([o for o in overrides if not o.startswith(("hydra.", "resume="))])
+    configs = [compose(j) for j in jobs]
+    runs = computations = steps = 0
+    with TemporaryDirectory() as tmp:
+        for cfg in configs:
+            decided = plan.decide(cfg, Path(tmp), "cpu") if plan.is_pack(cfg) else None
+            runs += len(decided.members) if decided else 1
+            computations += len(decided.groups) if decided else 1
+            steps += _steps(cfg)
+    head = f"sweep: {len(jobs)} jobs, {runs} runs, {computations} computations"
+    if steps <= SMALL:
+        return f"{head}, {steps:,} steps in all at most: too short to be worth calibrating"
+    cal = Calibrations(None, say=lambda s: None)
+    first: dict[tuple, list[str]] = {}
+    seconds = []
+    for job, cfg in zip(jobs, configs):
+        rep = first.setdefault((cfg.model.name, cfg.batch_size), job)
+        seeds = list(cfg.pack.seeds or [cfg.seed])
+        seconds.append(cal.seconds(rep, seeds))
+    return f"{head}, ~{_hms(schedule(seconds, workers))} on this machine with {workers} at once (calibrated)"

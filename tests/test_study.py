@@ -1,0 +1,209 @@
+"""`normbench study` (normbench/study/): the shipped studies as data, the plan and its estimate, and a real
+study at a toy budget run through the protocol (docs/protocol.md) end to end: the large effect decided at
+the first look, the null trained to the last round, and nothing but the null's cells trained after look 1."""
+
+import json
+import re
+
+import pytest
+import yaml
+from conftest import normbench_cli, requires_real_data
+
+from normbench.errors import UserError
+from normbench.study import command, estimate, jobs, spec
+from normbench.study.rounds import open_after, primary_claims
+from normbench.summary import protocol as protocols
+
+
+@pytest.mark.slow  # ~30 s: Hydra composes every job of every study at two scales
+def test_every_shipped_study_composes_and_its_jobs_hold_every_primary_claims_cells():
+    """Each study file, at its quick and laptop scales: every job composes (Hydra, as `normbench train`
+    would), and each side of each primary claim its experiment declares selects at least one job, so the
+    protocol can test every member of the family the study owns."""
+    experiments = {p.stem for p in spec.EXPERIMENTS.glob("*.yaml")}
+    assert set(spec.names()) == experiments  # every shipped experiment is a study
+    for study in spec.resolve(["all"]):
+        claims = primary_claims(study)
+        assert claims, study.name
+        for scale in ("quick", "laptop"):
+            universe = jobs.study_jobs(study, scale)
+            for c in claims:
+                for side in (c.a, c.b):
+                    assert any(j.reads([type(c)(c.name, side, side, c.expect, study=c.study)]) for j in universe), \
+                        f"{study.name} at scale={scale}: no job selects {side} of {c.name!r}"
+
+
+def test_study_settings_fail_in_one_line():
+    with pytest.raises(UserError, match="no study named 'ghost'"):
+        spec.resolve(["ghost"])
+    with pytest.raises(UserError, match="has no scale 'huge'"):
+        spec.load("ghost_batch").sweeps_at("huge")
+    with pytest.raises(UserError, match="budget=soon"):
+        command.parse_budget("soon")
+    assert command.parse_budget("2h") == 7200 and command.parse_budget("90m") == 5400
+    assert command.parse_budget("1.5h") == 5400 and command.parse_budget(None) is None
+
+
+def test_unknown_study_is_one_line_and_exit_2(tmp_path):
+    r = normbench_cli("study", "ghost", "--plan", f"out={tmp_path / 'o'}", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "no study named 'ghost'" in r.stderr, r.stderr
+
+
+def test_jobs_expand_as_hydra_sweeps_do():
+    """A sweep's jobs: the cartesian product of its comma lists (brackets kept whole), the experiment's own
+    sweeper params overridden key by key by the sweep's."""
+    out = spec.jobs(["experiment=ghost_batch", "norm=bn,brn", "norm.ghost_batch=2,64", "pack.lrs=[0.1,0.2]"])
+    assert len(out) == 4
+    assert ["norm=bn", "norm.ghost_batch=2", "experiment=ghost_batch", "pack.lrs=[0.1,0.2]"] in out
+
+
+def test_schedule_takes_the_longest_first():
+    assert estimate.schedule([], 2) == 0
+    assert estimate.schedule([5, 5, 10], 2) == 10  # 10 on one worker, 5 + 5 on the other
+    assert estimate.schedule([3, 3, 3], 1) == 9
+
+
+def test_open_after_counts_a_claim_decided_later_as_open_before():
+    class R:
+        def __init__(self, key, verdict, look, role="primary"):
+            self.claim = type("C", (), {"key": key})()
+            self.verdict, self.look, self.role = verdict, look, role
+
+    rows = [R(("s", "a"), "held", 1), R(("s", "b"), "held", 3), R(("s", "c"), "inconclusive", 3),
+            R(("s", "d"), "exploratory", None, "exploratory")]
+    assert open_after(rows, 0) == {("s", "a"), ("s", "b"), ("s", "c")}  # before look 1 counts
+    assert open_after(rows, 1) == {("s", "b"), ("s", "c")}
+    assert open_after(rows, 3) == {("s", "c")}
+
+
+TOY = """\
+# @package _global_
+defaults:
+  - override /model: mlp
+data: {split: per_seed, subset: 1000, val_size: 500}
+optimizer: sgd
+epochs: 1
+max_steps: 30
+claims:
+  - name: BN at ghost batch 2 loses to ghost batch 64 (toy)
+    role: primary
+    a: {norm.name: bn, norm.ghost_batch: 2}
+    b: {norm.name: bn, norm.ghost_batch: 64}
+    expect: less
+  - name: a key the model ignores changes nothing (toy)
+    role: primary
+    a: {norm.name: gn, lr_ref_batch: 32}
+    b: {norm.name: gn, lr_ref_batch: 64}
+    expect: greater
+"""
+
+
+@pytest.mark.slow
+@requires_real_data
+def test_a_toy_study_decides_the_large_effect_first_and_trains_only_the_null_after(tmp_path, monkeypatch, capsys):
+    """A real study at a toy budget (30 steps of the MLP on 1,000 FashionMNIST images) with two
+    primary claims: BN at ghost batch 2 vs 64 (a ~30-point effect) and two configurations that differ only
+    in lr_ref_batch, which lr_scaling=none ignores (identical runs: a null). Under a protocol of two looks,
+    at 6 and 10 seeds (Bonferroni), the large effect is held at look 1; the null is never decided, so the
+    study runs to the last look, and round 2 trains the null's two jobs and nothing else. The plan's
+    estimate of round 1 is within 2x of its measured time."""
+    configs = tmp_path / "configs" / "experiment"
+    configs.mkdir(parents=True)
+    (configs / "toy.yaml").write_text(TOY)
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    search = f"hydra.searchpath=[file://{tmp_path / 'configs'}]"
+    (studies / "toy.yaml").write_text(yaml.safe_dump({
+        "experiment": "toy", "scales": {"quick": {}},
+        "sweeps": {"bn": ["norm=bn", "norm.ghost_batch=2,64", "pack.lrs=[0.02,0.05]", search],
+                   "ignored": ["norm=gn", "lr_ref_batch=32,64", "lr=0.05", search]}}))
+    proto = tmp_path / "protocol.yaml"
+    proto.write_text("alpha: 0.05\nlooks: [6, 10]\nspending: bonferroni\nwiden_limit: 2\n")
+    monkeypatch.setattr(spec, "STUDIES", studies)
+    monkeypatch.setattr(spec, "EXPERIMENTS", configs)
+    out = tmp_path / "out"
+
+    assert command.main(["toy", "scale=quick", f"out={out}", f"protocol={proto}"]) == 0
+    said = capsys.readouterr().out
+    planned = float(re.search(r"round 1, seeds 0-5: 4 jobs, 36 runs, \d+ computations, ~(\d+) s", said).group(1))
+    assert "look 1 (seeds 0-5, level 0.025): 1 decided here, 1 of 2 primary claims still open" in said, said
+    assert "held: toy · BN at ghost batch 2 loses to ghost batch 64 (toy)" in said
+    assert "stopped: the last look (10 seeds) has been taken" in said
+    summary = json.loads((out / "summary" / "summary.json").read_text())
+    by_name = {c["name"]: c for c in summary["claims"]}
+    big, null = by_name["BN at ghost batch 2 loses to ghost batch 64 (toy)"], by_name["a key the model ignores changes nothing (toy)"]
+    assert (big["verdict"], big["look"]) == ("held", 1)
+    assert (null["verdict"], null["look"], null["n"]) == ("inconclusive", 2, 10)
+    trained = sorted(p.name for p in (out / "toy" / "r2").iterdir() if p.is_dir())
+    assert trained == ["ignored-0", "ignored-1"], trained  # round 2: the null's cells only
+    assert sorted(p.name for p in (out / "toy" / "r2" / "ignored-0").glob("seed=*")) == [f"seed={s}" for s in range(6, 10)]
+    state = json.loads((out / "study.json").read_text())
+    measured = state["seconds"]["1"]  # round 1's jobs; the values widening added count apart
+    # Widening: the BN cells (read by the claims open before look 1) chose an lr at their grid's edge at 30
+    # steps, so the next values were trained at round 1's seeds before look 1 counted; the BN claim was
+    # then decided, so round 2 trained none of them (the assertion on r2 above).
+    assert state["widened"] and {(w["base"], w["round"]) for w in state["widened"]} <= {("bn-0", 1), ("bn-1", 1)}
+    for w in state["widened"]:
+        folder = out / "toy" / "r1" / f"{w['base']}-lr{w['lr']:g}"
+        assert sorted(p.name.split(",")[-1] for p in folder.glob("*seed=*")) == [f"seed={s}" for s in range(6)]
+    print(f"round 1: planned ~{planned:.0f} s, measured {measured:.0f} s")
+    assert 0.5 <= measured / planned <= 2.0, (planned, measured)
+
+    # Run again: nothing is trained, the same verdicts come back (the study resumes from its folder).
+    assert command.main(["toy", "scale=quick", f"out={out}", f"protocol={proto}"]) == 0
+    again = capsys.readouterr().out
+    assert "jobs at seeds" not in again and "held: toy · BN at ghost batch 2" in again
+
+
+@pytest.mark.slow
+@requires_real_data
+def test_a_run_that_really_diverges_is_scored_at_chance_and_named(tmp_path):
+    """A real pack whose lr 1e4 makes the MLP's loss non-finite: its runs are `diverged`; a claim reading
+    that cell pairs them at chance (10%) against the other side, and its note names each one."""
+    sweep = tmp_path / "sweep"
+    r = normbench_cli("train", "norm=none", "optimizer=sgd", "pack.lrs=[1e4]", "pack.seeds=[0,1,2]",
+                      "data.subset=500", "data.val_size=200", "max_steps=20", "progress=false",
+                      "tensorboard=false", f"hydra.run.dir={sweep / 'none'}", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = normbench_cli("train", "norm=ln", "optimizer=sgd", "pack.lrs=[0.05]", "pack.seeds=[0,1,2]",
+                      "data.subset=500", "data.val_size=200", "max_steps=20", "progress=false",
+                      "tensorboard=false", f"hydra.run.dir={sweep / 'ln'}", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    statuses = [json.loads(p.read_text())["status"] for p in (sweep / "none").rglob("results.json")]
+    assert statuses == ["diverged"] * 3
+    claims_file = tmp_path / "claims.yaml"
+    claims_file.write_text(yaml.safe_dump([{"name": "LN beats no norm at lr 1e4", "a": {"norm.name": "ln"},
+                                            "b": {"norm.name": "none"}, "expect": "greater"}]))
+    from normbench.summary.summarize import compute
+
+    (claim,) = compute(sweep, claims_file=claims_file).claims
+    assert claim.n == 3 and len(claim.at_chance) == 3
+    lns = [json.loads(next((sweep / "ln").glob(f"*seed={s}/results.json")).read_text())["test_acc"] for s in range(3)]
+    assert claim.diffs == pytest.approx([a - 0.1 for a in lns])
+    assert "b: seeds 0, 1, 2 diverged (lr=10000,seed=0, lr=10000,seed=1, lr=10000,seed=2), scored at chance (10%)" \
+        in claim.note, claim.note
+
+
+@pytest.mark.slow
+@requires_real_data
+@pytest.mark.timeout(1800)
+def test_the_reproduce_at_its_quick_size_runs_every_study_through_the_protocol(tmp_path):
+    """`normbench study all scale=quick budget=7m` (what scripts/reproduce.sh runs, at the smoke size, its
+    budget leaving room for round 1 alone: ~12 minutes in all here, the plan's calibration included): the
+    plan is printed before anything trains, every shipped study trains and is summarized, every primary
+    claim of the family is tested at look 1, and the study stops before a round the budget cannot pay."""
+    out = tmp_path / "reproduce"
+    r = normbench_cli("study", "all", "scale=quick", "budget=7m", f"out={out}", cwd=tmp_path, timeout=1800)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.stdout.index("round 1, seeds 0-2:") < r.stdout.index("round 1: ")  # the plan, then the training
+    assert "stopped: the budget is spent: round 2 would need" in r.stdout, r.stdout[-3000:]
+    for name in spec.names():
+        assert (out / name / "summary" / "summary.json").exists(), name
+    summary = json.loads((out / "summary" / "summary.json").read_text())
+    family = set(protocols.load().family)
+    primary = [c for c in summary["claims"] if (c["study"], c["name"]) in family]
+    assert {(c["study"], c["name"]) for c in primary} == family
+    for c in primary:
+        assert c["look"] == 1 and c["n"] == 3, c
+    print(r.stdout[-2000:])
