@@ -1,16 +1,18 @@
-"""The README's claims table and results tables, generated: the shipped experiments' declared claims with
+"""The README's answer and docs/results/README.md, generated: the shipped experiments' declared claims with
 the verdicts of the run checked into docs/results/ (its summary.json, with the git sha, command and wall
 time in run.json), and each study's test-accuracy tables from its docs/results/<study>/summary.md.
 
-    python scripts/readme_claims.py --record outputs/reproduce   # after scripts/reproduce.sh: check the run in
-    python scripts/readme_claims.py                              # rewrite the README's section from it
-    python scripts/readme_claims.py --check                      # exit 1 if the README disagrees (a test runs it)
+    python scripts/readme_claims.py --record outputs/reproduce   # after `normbench study all`: check the run in
+    python scripts/readme_claims.py                              # rewrite the generated sections from it
+    python scripts/readme_claims.py --check                      # exit 1 if a section disagrees (a test runs it)
 
-The sections sit between the README's `<!-- claims:begin -->` and `<!-- claims:end -->` lines, and its
-`<!-- tables:begin -->` and `<!-- tables:end -->` lines. Each claim of
-normbench/configs/experiment/*.yaml is one row; a claim the checked-in run does not hold (a study not yet
-run at its current design) says so instead of a verdict. Numbers are copied from summary.json, never
-computed here: summarize tested them.
+README.md's `<!-- claims:begin -->` ... `<!-- claims:end -->` section is the primary claims (`role: primary` in
+normbench/configs/experiment/*.yaml: the confirmatory family of docs/protocol.md) with their verdicts, and
+docs/results/claims.png, their forest plot. docs/results/README.md has the same markers around every claim
+(primary, then exploratory) and `<!-- tables:begin -->` ... `<!-- tables:end -->` around each study's tables
+and figures. A claim the checked-in run does not hold (a study not yet run at its current design) says so
+instead of a verdict. Numbers are copied from summary.json and the summaries, never computed here:
+summarize tested them.
 """
 
 from __future__ import annotations
@@ -20,26 +22,29 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
-from normbench.summary import claims  # noqa: E402
+from normbench.summary import claims
 from normbench.summary.show import claims_table
 
 EXPERIMENTS = REPO / "normbench" / "configs" / "experiment"
 RESULTS = REPO / "docs" / "results"
 README = REPO / "README.md"
+RESULTS_README = RESULTS / "README.md"
+FIGURE = "claims.png"  # in docs/results/: the primary claims' forest plot, the README's figure
 BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
 TABLES_BEGIN, TABLES_END = "<!-- tables:begin -->", "<!-- tables:end -->"
-# The studies' own summaries (docs/results/<study>/summary.md, from `summarize <study> --select lr`), in the
-# README's order; a study not listed comes after them.
+# The studies' own summaries (docs/results/<study>/summary.md, from `summarize <study> --select lr`), in
+# docs/results/README.md's order; a study not listed comes after them.
 ORDER = ["ghost_batch", "headline_seeds", "small_batch", "values_per_channel", "values_per_channel_ghost",
          "converged", "converged_small_batches", "converged_5_seeds", "converged_5_seeds_b2", "variable_length",
          "small_batch_transformer", "variable_length_transformer", "lr_sensitivity"]
-KEPT = "test accuracy (running statistics)"  # the tables the README shows; summary.md has the others
+KEPT = "test accuracy (running statistics)"  # the tables docs/results/README.md shows; summary.md has the others
 
 
 def declared() -> list[tuple[str, dict]]:
@@ -51,8 +56,17 @@ def declared() -> list[tuple[str, dict]]:
     return out
 
 
+def primary() -> list[tuple[str, dict]]:
+    """The declared claims with role: primary, the protocol's confirmatory family."""
+    return [(study, raw) for study, raw in declared() if raw.get("role") == "primary"]
+
+
 def _pts(v: float | None, scale: float) -> str:
     return "" if v is None else f"{scale * v:+.1f}"
+
+
+def _p(v: float | None) -> str:
+    return "" if v is None else f"{v:.2g}"
 
 
 def _hypothesis(claim: claims.Claim) -> str:
@@ -60,35 +74,123 @@ def _hypothesis(claim: claims.Claim) -> str:
     return claims_table.hypothesis(claim).replace("|", "\\|")
 
 
-def section(results: Path = RESULTS) -> str:
-    """The README section's text (without its marker lines)."""
+def _tested(results: Path) -> tuple[dict, dict | None]:
+    """summary.json's claim rows by (study, name), and run.json (None when not checked in)."""
     summary = results / "summary.json"
     tested = {}
     if summary.exists():
         tested = {(c["study"], c["name"]): c for c in json.loads(summary.read_text())["claims"]}
     run = json.loads((results / "run.json").read_text()) if (results / "run.json").exists() else None
-    lines = []
-    if run:
-        lines += [f"Verdicts from the reproduce run of [docs/results/run.json](docs/results/run.json) (its commands; git "
-                  f"{run['git_sha']}; {run['date']}, {run['wall_s']:,} s on {run['cores']} cores), summarized as one family (Holm over the {2 * len(tested)} hypotheses of its {len(tested)} claims) into "
-                  f"[docs/results/summary.json](docs/results/summary.json). a − b: mean [95% t-interval] over the "
-                  f"pairs (seeds), in percentage points for accuracies (a metric's own unit otherwise).", ""]
-    else:
-        lines += ["No run of the current study designs is checked in yet (docs/results/): the claims below are "
-                  "declared, not yet tested.", ""]
-    lines += ["| study | claim | hypothesis (points) | pairs | a − b [95% CI] | p (Holm) | exact p (Holm) | verdict |",
-              "|---|---|---|---|---|---|---|---|"]
-    for study, raw in declared():
+    return tested, run
+
+
+def _ci(t: dict, c: claims.Claim) -> str:
+    ci = f" [{_pts(t['ci_low'], c.scale)}, {_pts(t['ci_high'], c.scale)}]" if t["ci_low"] is not None else ""
+    return f"{_pts(t['estimate'], c.scale)}{ci}"
+
+
+def _verdict(t: dict, role: str) -> str:
+    """The verdict as summary.json gives it; a run made before roles existed tested every claim as one
+    family, so an exploratory claim's held/refuted is that family's, labelled so."""
+    v = t["verdict"]
+    if role == "exploratory" and "role" not in t and v != "exploratory":
+        return f"exploratory (this run: **{v}**)"
+    text = f"**{v}**"
+    if t.get("look"):
+        text += f" (look {t['look']} of {t.get('looks') or '?'})"
+    if not t["n"] and t.get("note"):
+        text += f": {t['note']}"
+    return text
+
+
+def _source(run: dict | None, tested: dict, link: str) -> str:
+    """The sentence that says which run the verdicts are from, its links relative to `link`."""
+    if not run:
+        return ("No run of the current study designs is checked in yet (docs/results/): the claims below are "
+                "declared, not yet tested.")
+    where = f"checked into [docs/results/]({link}README.md)" if link else "checked in here"
+    text = (f"Verdicts of the run {where} (git {run['git_sha']}; "
+            f"{run['date']}, {run['wall_s']:,} s on {run['cores']} cores; its commands: [run.json]({link}run.json)), "
+            f"from its [summary.json]({link}summary.json). a − b: mean [95% t-interval] over the pairs (seeds), in "
+            "percentage points for accuracies (a metric's own unit otherwise).")
+    if tested and not any("role" in t for t in tested.values()):
+        text += (f" This run predates the protocol's roles: it tested all {len(tested)} claims as one family (Holm "
+                 f"over their {2 * len(tested)} hypotheses, at the seeds each had), so its verdicts are that "
+                 "family's, not the protocol's looks; `scripts/reproduce.sh` reruns them under the protocol.")
+    return text
+
+
+def section(results: Path = RESULTS, link: str = "docs/results/") -> str:
+    """README.md's section (without its marker lines): the primary claims and their figure."""
+    tested, run = _tested(results)
+    lines = [_source(run, tested, link), "",
+             "| study | claim | hypothesis (points) | pairs | a − b [95% CI] | p (Holm) | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for study, raw in primary():
         c = claims.parse([raw], study, study)[0]  # the claim as summarize reads it: its wording, its unit
         t = tested.get((study, c.name))
         if t is None:
-            lines.append(f"| {study} | {c.name} | {_hypothesis(c)} | | | | | not in the checked-in run |")
+            lines.append(f"| {study} | {c.name} | {_hypothesis(c)} | | | | not in the checked-in run |")
             continue
-        ci = f" [{_pts(t['ci_low'], c.scale)}, {_pts(t['ci_high'], c.scale)}]" if t["ci_low"] is not None else ""
-        p = lambda v: "" if v is None else f"{v:.2g}"  # noqa: E731
-        lines.append(f"| {study} | {c.name} | {_hypothesis(c)} | {t['n']} | {_pts(t['estimate'], c.scale)}{ci} | "
-                     f"{p(t['p_holm'])} | {p(t.get('p_exact_holm'))} | **{t['verdict']}** |")
+        lines.append(f"| {study} | {c.name} | {_hypothesis(c)} | {t['n']} | {_ci(t, c)} | {_p(t['p_holm'])} | "
+                     f"{_verdict(t, 'primary')} |")
+    if (results / FIGURE).exists():
+        lines += ["", (f"![The primary claims: a − b with its 95% t-interval (thick) and bootstrap interval (thin), "
+                       f"the margin dashed, coloured by verdict]({link}{FIGURE})")]
     return "\n".join(lines)
+
+
+def all_claims_section(results: Path = RESULTS, link: str = "") -> str:
+    """docs/results/README.md's claims section: every declared claim, the primary ones first, then the
+    exploratory ones (labelled so), with both p-values and the exact test's."""
+    tested, run = _tested(results)
+    head = ["| study | claim | hypothesis (points) | pairs | a − b [95% CI] | p | p (Holm) | exact p (Holm) "
+            "| verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [_source(run, tested, link), ""]
+    for role, title in (("primary", "Primary claims: the protocol's confirmatory family (the README's table)"),
+                        ("exploratory", "Exploratory claims: estimates, never held or refuted under the protocol")):
+        lines += [f"**{title}**", "", *head]
+        for study, raw in declared():
+            if (raw.get("role") or "exploratory") != role:
+                continue
+            c = claims.parse([raw], study, study)[0]
+            t = tested.get((study, c.name))
+            if t is None:
+                lines.append(f"| {study} | {c.name} | {_hypothesis(c)} | | | | | | not in the checked-in run |")
+                continue
+            lines.append(f"| {study} | {c.name} | {_hypothesis(c)} | {t['n']} | {_ci(t, c)} | {_p(t.get('p'))} | "
+                         f"{_p(t['p_holm'])} | {_p(t.get('p_exact_holm'))} | {_verdict(t, role)} |")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
+def _pair(row: dict, low: str, high: str) -> tuple[float, float] | None:
+    return None if row.get(low) is None else (row[low], row[high])
+
+
+def figure(results: Path = RESULTS) -> Path | None:
+    """docs/results/claims.png: the primary claims' forest plot, drawn by summarize's own claims_figure from
+    summary.json's estimates and intervals (None when no primary claim has an estimate)."""
+    from normbench.summary.show.plots import claims_figure
+
+    tested, _ = _tested(results)
+    shown = []
+    for study, raw in primary():
+        c = claims.parse([raw], study, study)[0]
+        t = tested.get((study, c.name))
+        if t is None:
+            continue
+        shown.append(claims.ClaimResult(claim=c, role="primary", n=t["n"], estimate=t["estimate"], verdict=t["verdict"],
+                                        ci=_pair(t, "ci_low", "ci_high"),
+                                        bootstrap=_pair(t, "bootstrap_low", "bootstrap_high")))
+    out = results / FIGURE
+    if not any(r.estimate is not None for r in shown):
+        out.unlink(missing_ok=True)
+        return None
+    fig = claims_figure(shown)
+    fig.set_size_inches(11, fig.get_size_inches()[1])  # room for the claims' names beside the axis and its title
+    fig.savefig(out, dpi=120, metadata={"Software": None})
+    return out
 
 
 def _sections(markdown: str) -> list[tuple[str, list[str]]]:
@@ -102,9 +204,10 @@ def _sections(markdown: str) -> list[tuple[str, list[str]]]:
     return out
 
 
-def tables_section(results: Path = RESULTS) -> str:
+def tables_section(results: Path = RESULTS, link: str = "") -> str:
     """Each checked-in study's test-accuracy tables (running statistics) and lr-sensitivity tables, with
-    its time line and figures, copied from its summary.md (never computed here)."""
+    its time line and figures, copied from its summary.md (never computed here); links relative to `link`
+    (docs/results/README.md's folder by default)."""
     studies = sorted((d for d in results.iterdir() if (d / "summary.md").exists()) if results.is_dir() else [],
                      key=lambda d: (ORDER.index(d.name) if d.name in ORDER else len(ORDER), d.name))
     if not studies:
@@ -112,7 +215,7 @@ def tables_section(results: Path = RESULTS) -> str:
     lines = []
     for d in studies:
         md = (d / "summary.md").read_text()
-        lines += [f"#### `{d.name}`", "", f"From [docs/results/{d.name}/summary.md](docs/results/{d.name}/summary.md) "
+        lines += [f"### `{d.name}`", "", f"From [{link}{d.name}/summary.md]({link}{d.name}/summary.md) "
                   "(every table, the paired comparisons, the runs that failed or diverged).", ""]
         lines += [line.lstrip("- ") for line in md.splitlines() if line.startswith("- time, ")] + [""]
         in_lr = False
@@ -131,72 +234,102 @@ def tables_section(results: Path = RESULTS) -> str:
                 while text and not text[-1].strip():
                     text.pop()
                 lines += ["**" + header.lstrip("#").strip() + "**", *text, ""]
-        lines += [f"![{png.stem}](docs/results/{d.name}/{png.name})" for png in sorted(d.glob("*.png"))
+        lines += [f"![{png.stem}]({link}{d.name}/{png.name})" for png in sorted(d.glob("*.png"))
                   if not png.name.startswith("paired_")]
         lines.append("")
     return "\n".join(lines).rstrip("\n")
 
 
-def current(readme: str, begin: str = BEGIN, end: str = END) -> str:
-    if begin not in readme or end not in readme:
-        raise SystemExit(f"readme_claims.py: README.md has no {begin} ... {end} section")
-    return readme[readme.index(begin) + len(begin):readme.index(end)].strip("\n")
+def current(text: str, begin: str = BEGIN, end: str = END, name: str = "README.md") -> str:
+    if begin not in text or end not in text:
+        raise SystemExit(f"readme_claims.py: {name} has no {begin} ... {end} section")
+    return text[text.index(begin) + len(begin):text.index(end)].strip("\n")
+
+
+def _cpu() -> str:
+    """The processor's model name (lscpu's), for run.json: timings mean nothing without it."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    import platform
+
+    return platform.processor() or platform.machine()
 
 
 def record(out: Path) -> None:
-    """Check the reproduce run in `out` into docs/results/: its joint summary.json, claims.csv and
-    summary.md, run.json (git sha, command, date, wall time from out/timing.txt) and claims.md (the
-    README's section)."""
+    """Check the `normbench study` run in `out` (scripts/reproduce.sh) into docs/results/: its joint
+    summary.json, claims.csv and summary.md, run.json (the command, git shas, date, machine, seconds per
+    round, why it stopped: from out/study.json), and each study's summary.md and figures (main() then
+    rewrites the generated sections and claims.png from them)."""
+    import os
+
     src = out / "summary"
-    if not (src / "summary.json").exists():
-        raise SystemExit(f"readme_claims.py: no {src / 'summary.json'}; run scripts/reproduce.sh first")
+    state_path = out / "study.json"
+    if not (src / "summary.json").exists() or not state_path.exists():
+        raise SystemExit(f"readme_claims.py: no {src / 'summary.json'} or {state_path}; run scripts/reproduce.sh first")
+    state = json.loads(state_path.read_text())
+    if not state.get("finished"):
+        raise SystemExit(f"readme_claims.py: the study in {out} has not finished; run scripts/reproduce.sh again")
     RESULTS.mkdir(parents=True, exist_ok=True)
     for name in ("summary.json", "claims.csv", "summary.md"):
         if (src / name).exists():  # claims.csv only where claims were tested
             shutil.copy(src / name, RESULTS / name)
         else:
             (RESULTS / name).unlink(missing_ok=True)
-    timing = (out / "timing.txt").read_text().splitlines()
-    totals = [line for line in timing if line.startswith("total")]  # one per invocation (PARTS=...)
-    if not totals:
-        raise SystemExit(f"readme_claims.py: {out / 'timing.txt'} has no total line; the run did not finish")
     ran = sorted({str(json.loads(f.read_text()).get("git_sha") or "")[:7] for f in out.glob("**/results.json")} - {""})
     sha = ", ".join(ran) or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                            cwd=REPO).stdout  # the commits the runs record
-    run = {"command": (out / "command.txt").read_text().strip().replace("\n", "; ") if (out / "command.txt").exists()
-           else "scripts/reproduce.sh", "git_sha": sha.strip(), "date": (out / "date.txt").read_text().strip()
-           if (out / "date.txt").exists() else "", "wall_s": max(int(t.split(": ")[1].split()[0]) for t in totals),
-           "cores": int(totals[0].split(" on ")[1].split()[0]), "timing": timing}
-    for study in sorted(p.parent for p in out.glob("*/summary.md") if p.parent != src):  # each study's own
+    dates = sorted(f.stat().st_mtime for f in out.glob("**/results.json"))
+    run = {"command": f"normbench study {' '.join(state['studies'])} scale={state['scale']}",
+           "git_sha": sha.strip(), "machine": _cpu(), "cores": os.cpu_count(),
+           "date": time.strftime("%Y-%m-%d", time.gmtime(dates[-1])) if dates else "",
+           "wall_s": round(sum(state["seconds"].values())), "seconds_per_round": state["seconds"],
+           "widened": state.get("widened", []), "stopped": state["finished"]}
+    for study in sorted(p.parent.parent for p in out.glob("*/summary/summary.md")):  # each study's own
         dest = RESULTS / study.name
         dest.mkdir(exist_ok=True)
-        for f in [study / "summary.md", *sorted(study.glob("*.png"))]:
+        for f in [study / "summary" / "summary.md", *sorted((study / "summary").glob("*.png"))]:
             if not f.name.startswith("paired_"):
                 shutil.copy(f, dest / f.name)
     (RESULTS / "run.json").write_text(json.dumps(run, indent=2) + "\n")
-    (RESULTS / "claims.md").write_text("# The declared claims and their verdicts\n\n" + section() + "\n")
+
+
+def wanted() -> dict[Path, dict[tuple[str, str], str]]:
+    """Each generated file's sections, by their (begin, end) markers."""
+    return {README: {(BEGIN, END): section()},
+            RESULTS_README: {(BEGIN, END): all_claims_section(), (TABLES_BEGIN, TABLES_END): tables_section()}}
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if the README's section is not what it would write")
+    p.add_argument("--check", action="store_true", help="exit 1 if a generated section is not what it would write")
     p.add_argument("--record", type=Path, metavar="OUT", help="check the reproduce run in OUT into docs/results/")
     args = p.parse_args(argv)
     if args.record:
         record(args.record)
-    readme = README.read_text()
-    wants = {(BEGIN, END): section(), (TABLES_BEGIN, TABLES_END): tables_section()}
     if args.check:
-        stale = [b for (b, e), want in wants.items() if current(readme, b, e) != want]
+        stale = [f"{path.relative_to(REPO)} {b}" for path, sections in wanted().items()
+                 for (b, e), want in sections.items() if current(path.read_text(), b, e, path.name) != want]
         if stale:
-            print(f"readme_claims.py: README.md's {' and '.join(stale)} section(s) differ from docs/results/ and the "
-                  "experiments' claims; run python scripts/readme_claims.py", file=sys.stderr)
+            print(f"readme_claims.py: {'; '.join(stale)} section(s) differ from docs/results/ and the experiments' "
+                  "claims; run python scripts/readme_claims.py", file=sys.stderr)
+            return 1
+        tested = _tested(RESULTS)[0]
+        if any((tested.get((study, raw["name"])) or {}).get("estimate") is not None for study, raw in primary()) \
+                and not (RESULTS / FIGURE).exists():
+            print(f"readme_claims.py: docs/results/{FIGURE} is missing; run python scripts/readme_claims.py",
+                  file=sys.stderr)
             return 1
         return 0
-    for (begin, end), want in wants.items():
-        current(readme, begin, end)
-        readme = f"{readme[:readme.index(begin) + len(begin)]}\n{want}\n{readme[readme.index(end):]}"
-    README.write_text(readme)
+    figure()  # first: the README's section links it only where it exists
+    for path, sections in wanted().items():
+        text = path.read_text()
+        for (begin, end), want in sections.items():
+            current(text, begin, end, path.name)
+            text = f"{text[:text.index(begin) + len(begin)]}\n{want}\n{text[text.index(end):]}"
+        path.write_text(text)
     return 0
 
 

@@ -5,6 +5,7 @@ exact sign-flip test by enumeration, and `normbench summarize --claims` end to e
 import csv
 import itertools
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -286,21 +287,35 @@ def test_metric_difference_is_each_runs_own():
 
 
 def test_readme_claims_section_is_generated():
-    """Reference: scripts/readme_claims.py's own output: the README's claims section is exactly what it
-    writes from the experiments' declared claims and the run checked into docs/results/."""
+    """Reference: scripts/readme_claims.py's own output: the README's claims section and docs/results/README.md's
+    claims and tables sections are exactly what it writes from the experiments' declared claims and the run
+    checked into docs/results/."""
     r = subprocess.run([sys.executable, str(REPO / "scripts" / "readme_claims.py"), "--check"], capture_output=True,
                        text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
 
 
+def test_readme_answers_first_and_its_links_resolve():
+    """Reference: issue 41's shape of the README: at most 250 lines, the generated answer (the primary claims)
+    within its first screen, and every relative link or image it has names a file of the checkout."""
+    readme = (REPO / "README.md").read_text()
+    lines = readme.splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines"
+    assert next(i for i, line in enumerate(lines) if line.startswith("<!-- claims:begin -->")) < 40
+    prose = re.sub(r"```.*?```", "", readme, flags=re.DOTALL)
+    targets = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", prose) if not re.match(r"[a-z]+:|#", t)]
+    assert targets and [t for t in targets if not (REPO / t).exists()] == []
+
+
 def test_readme_claims_copy_the_checked_in_verdicts(tmp_path):
-    """Reference: a summary.json written by `summarize --claims` on the hand-made sweep: the section quotes
-    its estimate, interval, Holm p and verdict for the claim of the same study and name, and marks the
-    declared claims the run does not hold."""
+    """Reference: a summary.json written by `summarize --claims` on the hand-made sweep: the README's section
+    (the primary claims only) and docs/results/README.md's (every claim) quote its estimate, interval, Holm p
+    and verdict for the claim of the same study and name, and mark the declared claims the run does not
+    hold."""
     sys.path.insert(0, str(REPO / "scripts"))
     import readme_claims
 
-    name = readme_claims.declared()[0]
+    name = readme_claims.primary()[0]
     claim_sweep(tmp_path / "sweep", study=name[0])
     (tmp_path / "claims.yaml").write_text(yaml.safe_dump([{**name[1], "study": name[0], "a": {"norm.name": "gn"},
                                                             "b": {"norm.name": "bn"}, "expect": "greater"}]))
@@ -309,13 +324,17 @@ def test_readme_claims_copy_the_checked_in_verdicts(tmp_path):
     text = readme_claims.section(tmp_path)
     row = next(line for line in text.splitlines() if name[1]["name"] in line)
     assert f"| {s.claims[0].n} | +{100 * s.claims[0].estimate:.1f} [" in row and "**held**" in row
-    assert text.count("not in the checked-in run") == len(readme_claims.declared()) - 1
+    assert text.count("not in the checked-in run") == len(readme_claims.primary()) - 1
+    assert len(readme_claims.primary()) < len(readme_claims.declared())  # the exploratory ones are not in it
+    every = readme_claims.all_claims_section(tmp_path)
+    assert row.split(" | ")[-1] in every and f"| {s.claims[0].n} | +{100 * s.claims[0].estimate:.1f} [" in every
+    assert every.count("not in the checked-in run") == len(readme_claims.declared()) - 1
 
 
 def test_readme_tables_copy_each_studys_accuracy_tables(tmp_path):
-    """Reference: a study's summary.md as summarize writes it (the hand-made small-batch sweep): the README
-    section copies its test-accuracy table with running statistics word for word, leaves out the other
-    metrics and the paired comparisons, and links the study's figures."""
+    """Reference: a study's summary.md as summarize writes it (the hand-made small-batch sweep): the
+    docs/results/README.md section copies its test-accuracy table with running statistics word for word,
+    leaves out the other metrics and the paired comparisons, and links the study's figures."""
     sys.path.insert(0, str(REPO / "scripts"))
     import readme_claims
     from test_summarize import small_batch_sweep
@@ -329,7 +348,7 @@ def test_readme_tables_copy_each_studys_accuracy_tables(tmp_path):
     table = md.split("## fashion_mnist · mlp · test accuracy (running statistics) by batch size\n\n")[1].split("\n\n")[0]
     assert table.startswith("| norm |") and table in text
     assert "with batch statistics" not in text and "Δ vs bn" not in text
-    assert "(docs/results/small_batch/sweep_fashion_mnist.png)" in text and "paired_" not in text
+    assert "(small_batch/sweep_fashion_mnist.png)" in text and "paired_" not in text  # docs/results/README.md's links
 
 
 def test_zero_variance_and_the_monte_carlo_branch_never_give_p_zero():
