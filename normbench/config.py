@@ -62,6 +62,7 @@ class Placement(Choice):
     input = "input"  # the norm on each layer's W_x x_t, over the whole sequence (padding enters it undiluted)
     pre = "pre"  # Transformer: the norm before each sublayer, inside the residual branch, and a final norm
     post = "post"  # Transformer: the norm after each residual sum (the original Transformer's)
+    peri = "peri"  # Transformer: a norm on each sublayer's input and one on its output before the residual add (Peri-LN)
 
 
 class Tokens(Choice):
@@ -99,7 +100,7 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     # Image rows as time steps; the norm on each layer's outputs; classify from the last real step.
     # 256 units: 0.860 test accuracy with LN where 128 reached 0.848 (docs/performance.md).
     "rnn": {"hidden": 256, "depth": 1, "cell": "rnn", "placement": "output", "dropout": 0.0},
-    # Tokens (rows) -> linear embedding + learned positions -> depth x [attention, MLP] (pre- or post-norm)
+    # Tokens (rows) -> linear embedding + learned positions -> depth x [attention, MLP] (pre-, post- or peri-norm)
     # -> mean of the real tokens -> linear.
     "transformer": {"hidden": 64, "depth": 4, "heads": 4, "tokens": "rows", "placement": "pre", "qk_norm": "none",
                     "dropout": 0.0},
@@ -154,7 +155,8 @@ class NormConfig:
     renorm_r_ramp_frac: Optional[float] = None  # brn: then r_max relaxes linearly over this fraction of the run
     renorm_d_ramp_frac: Optional[float] = None  # brn: and d_max over this fraction of the run
     learn_eps: Optional[bool] = None  # frn: learn eps (null = on for flat/seq, where each channel holds one value)
-    alpha_init: Optional[float] = None  # dyt: initial value of the learned scalar alpha in tanh(alpha x)
+    alpha_init: Optional[float] = None  # dyt, derf: initial value of the learned scalar alpha in tanh(alpha x), erf(alpha x + s)
+    shift_init: Optional[float] = None  # derf: initial value of the learned scalar shift s in erf(alpha x + s)
     track_stats: bool = runtime(False)  # log each norm layer's input mean/std and scale/shift to TensorBoard
     track_every: int = runtime(100)  # ... every this many steps
 

@@ -22,7 +22,7 @@ def test_one_norm_config_per_catalog_name():
     """Reference: norms.names(), in catalog order (docs/design.md, README's catalog): the `norm` group holds
     exactly those, and no config file beside them."""
     assert norms.names() == ["none", "bn", "ln", "in", "gn", "rms", "wn", "cn", "sn", "brn", "frn", "evonorm",
-                             "dyt", "pn"]
+                             "dyt", "pn", "derf"]
     store_configs()
     assert sorted(n.removesuffix(".yaml") for n in ConfigStore.instance().list("norm")) == sorted(norms.names())
     assert not (Path(norms.__file__).resolve().parents[1] / "configs" / "norm").exists()

@@ -92,6 +92,22 @@ def test_probe_statistics_are_the_inputs_per_channel_statistics():
     assert got["scale_mean"] == 1.0 and got["shift_mean"] == 0.0
 
 
+def test_derfs_scalar_shift_is_logged_apart_from_its_affine_shift():
+    """Reference: the Derf layer's own parameters: alpha, s (erf(alpha x + s)) and the per-channel scale and
+    shift (gamma, beta) each under its own tag, none overwriting another."""
+    torch.manual_seed(0)
+    derf = norms.create("derf", 4, "flat")
+    with torch.no_grad():
+        derf.shift.fill_(0.25)
+        derf.bias.fill_(-1.0)
+    w = Writer()
+    probe.attach(derf, w, every=1)
+    derf(torch.randn(3, 4))
+    got = {t.rpartition("/")[2]: v for t, v, _ in w.logged}
+    assert {k: got[k] for k in ("alpha_mean", "s_mean", "scale_mean", "shift_mean")} == {
+        "alpha_mean": 0.5, "s_mean": 0.25, "scale_mean": 1.0, "shift_mean": -1.0}
+
+
 def test_track_stats_off_registers_nothing(tiny_cfg, tmp_path, monkeypatch):
     """Reference: the default config: no probe is attached, so no hook runs (zero cost)."""
     calls = []

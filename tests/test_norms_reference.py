@@ -1,4 +1,4 @@
-"""The norms PyTorch does not ship (sn, brn, frn, evonorm, cn, dyt), and wn and rms once more, against NumPy
+"""The norms PyTorch does not ship (sn, brn, frn, evonorm, cn, dyt, derf), and wn and rms once more, against NumPy
 ports of their papers' equations and algorithms in float64, with non-trivial learned parameters."""
 
 import numpy as np
@@ -192,6 +192,48 @@ def test_dyt_against_the_papers_definition(layout):
         mask = torch.ones(shape[:2], dtype=torch.bool)
         mask[0, 3:] = False
         torch.testing.assert_close(dyt(torch.tensor(x), mask), out.detach(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("layout", ["flat", "image", "seq"])
+def test_derf_against_the_papers_definition(layout):
+    """Reference: Chen et al. 2025 (arXiv 2512.10938) and its authors' Dynamic_erf (github.com/zlab-princeton/
+    Derf, ViT/dynamic_erf.py): Derf(x) = gamma * erf(alpha x + s) + beta, alpha and s scalars initialized to 0.5
+    and 0, gamma = 1 and beta = 0 per channel; erf from scipy.special in float64. Its gradients written out by
+    hand (u = alpha x + s, e = erf(u), g = 2 / sqrt(pi) exp(-u^2) = erf'(u)): d/dx = gamma alpha g,
+    d/dalpha = sum gamma x g, d/ds = sum gamma g, d/dgamma = sum e, d/dbeta = sum 1, against autograd. The
+    declared inits reach the parameters, affine=false drops gamma and beta, and padding changes nothing."""
+    from scipy.special import erf
+
+    shape = {"flat": (3, 6), "image": (3, 6, 2, 4), "seq": (3, 5, 6)}[layout]
+    channel = {"flat": (1, 6), "image": (1, 6, 1, 1), "seq": (1, 1, 6)}[layout]
+    derf = norms.create("derf", 6, layout).double()
+    assert (derf.alpha.item(), derf.shift.item()) == (0.5, 0.0)
+    assert derf.weight.tolist() == [1.0] * 6 and derf.bias.tolist() == [0.0] * 6
+    x = RNG.normal(0, 3, shape)
+    alpha, shift, gamma, beta = 0.8, -0.3, RNG.uniform(0.5, 1.5, 6), RNG.normal(0, 1, 6)
+    _set(derf, alpha=alpha, shift=shift, weight=gamma, bias=beta)
+    xt = torch.tensor(x, requires_grad=True)
+    out = derf(xt)
+    u = alpha * x + shift
+    e = erf(u)
+    np.testing.assert_allclose(out.detach().numpy(), gamma.reshape(channel) * e + beta.reshape(channel), rtol=1e-12)
+    up = RNG.normal(0, 1, shape)  # the gradient arriving from above
+    out.backward(torch.tensor(up))
+    axes = tuple(i for i in range(len(shape)) if channel[i] == 1)
+    slope = up * gamma.reshape(channel) * 2 / np.sqrt(np.pi) * np.exp(-u * u)
+    # exp(-u^2) underflows where erf saturates: there the values are ~0 and agree to 1e-14 absolute
+    np.testing.assert_allclose(xt.grad.numpy(), slope * alpha, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(derf.alpha.grad.item(), (slope * x).sum(), rtol=1e-10)
+    np.testing.assert_allclose(derf.shift.grad.item(), slope.sum(), rtol=1e-10)
+    np.testing.assert_allclose(derf.weight.grad.numpy(), (up * e).sum(axis=axes), rtol=1e-12)
+    np.testing.assert_allclose(derf.bias.grad.numpy(), up.sum(axis=axes), rtol=1e-12)
+    declared = norms.create("derf", 6, layout, alpha_init=1.5, shift_init=0.25, affine=False).double()
+    assert (declared.alpha.item(), declared.shift.item(), declared.weight, declared.bias) == (1.5, 0.25, None, None)
+    np.testing.assert_allclose(declared(torch.tensor(x)).detach().numpy(), erf(1.5 * x + 0.25), rtol=1e-12)
+    if layout == "seq":  # padding (the mask) changes nothing: every value on its own
+        mask = torch.ones(shape[:2], dtype=torch.bool)
+        mask[0, 3:] = False
+        torch.testing.assert_close(derf(torch.tensor(x), mask), out.detach(), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name,layout,options", [

@@ -175,13 +175,15 @@ def test_variable_length_batches_with_masks_pack_as_separate_runs(norm, opts, pl
 
 
 TRANSFORMER = [("ln", {"placement": "pre"}), ("rms", {"placement": "post"}), ("bn", {"placement": "pre"}),
-               ("pn", {"placement": "post"}), ("dyt", {"qk_norm": "ln"}), ("none", {"qk_norm": "rms"})]
+               ("pn", {"placement": "post"}), ("dyt", {"qk_norm": "ln"}), ("none", {"qk_norm": "rms"}),
+               ("ln", {"placement": "peri"}), ("derf", {"placement": "peri"})]
 
 
 @pytest.mark.parametrize("norm,opts", TRANSFORMER, ids=[f"{n}-{'-'.join(o.values())}" for n, o in TRANSFORMER])
 def test_transformer_packs_as_separate_runs(norm, opts, tiny_root):
     """Reference: each member trained alone (runner's own path), float64: one batched matmul per linear,
-    one attention call over S x N sequences, LN packed, every other norm (and QK-norm) per member."""
+    one attention call over S x N sequences, LN packed, every other norm (and QK-norm) per member; peri's
+    output norms packed as its input norms are (LN) or per member (Derf)."""
     assert_members_equal_separate_runs(config(tiny_root, "transformer", norm, model_opts=opts,
                                               pack=PackConfig(seeds=[0, 1])))
 

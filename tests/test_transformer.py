@@ -2,7 +2,8 @@
 
 Reference: torch.nn.TransformerEncoderLayer (batch first, GELU, no dropout) with the same weights,
 norm_first=True for placement=pre and False for post, with LayerNorm: the same computation written by
-PyTorch, in float64."""
+PyTorch, in float64. placement=peri (Peri-LN), which PyTorch does not ship: the block and the model written
+out by hand from the same modules, in float64."""
 
 from dataclasses import replace
 
@@ -56,6 +57,56 @@ def test_blocks_are_torchs_encoder_layer(placement):
         z = ours
 
 
+def _away_from_init(model):
+    with torch.no_grad():
+        for p in model.parameters():  # away from the norms' ones and zeros (and alpha 0.5, s 0)
+            p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+@pytest.mark.parametrize("norm", ["ln", "rms", "dyt", "derf", "bn"])
+def test_peri_blocks_are_the_block_written_out_by_hand(norm):
+    """Reference: Peri-LN (Kim et al. 2025, arXiv 2502.02732) written out by hand with the block's own
+    modules: u = z + n2(attn(n1(z))), then u + n4(mlp(n3(u))), each n its own module (four per block, none
+    shared), with and without padding (eval mode, float64, 1e-12)."""
+    torch.manual_seed(0)
+    model = models.create(ModelConfig(name="transformer", placement="peri", depth=2), norms.factory(norm),
+                          (1, 28, 28), 10).double().eval()
+    _away_from_init(model)
+    z = torch.randn(3, 28, 64, dtype=torch.float64)
+    mask = torch.arange(28) < torch.tensor([28, 17, 9])[:, None]
+    for block in model.blocks:
+        n1, n2, n3, n4 = block.attn_norm, block.attn_out_norm, block.mlp_norm, block.mlp_out_norm
+        assert len({id(n) for n in (n1, n2, n3, n4)}) == 4
+        with torch.no_grad():
+            for m in (None, mask):
+                u = z + n2(block.attend(n1(z, m), m), m)
+                expected = u + n4(block.mlp(n3(u, m)), m)
+                torch.testing.assert_close(block(z, m), expected, rtol=1e-12, atol=1e-12)
+            z = block(z, mask)
+
+
+def test_peri_model_has_pre_lns_final_norm_and_no_embedding_norm():
+    """Reference: the whole forward written out by hand in float64: embedding + positions (no norm on them,
+    the paper's optional embedding norm left out), the peri blocks, one final norm (the paper's final
+    normalization), mean over tokens, classifier; per sublayer two norms of the block's own, so peri holds
+    exactly two more norm modules per block than pre."""
+    torch.manual_seed(0)
+    make = norms.factory("ln")
+    model = _away_from_init(models.create(ModelConfig(name="transformer", placement="peri", depth=2), make,
+                                          (1, 28, 28), 10).double().eval())
+    x = torch.randn(2, 1, 28, 28, dtype=torch.float64)
+    with torch.no_grad():
+        z = model.embed(x[:, 0]) + model.positions[:28]  # rows as tokens
+        for block in model.blocks:
+            z = block(z)
+        expected = model.head(model.final(z).mean(1))
+        torch.testing.assert_close(model(x), expected, rtol=1e-12, atol=1e-12)
+    pre = models.create(ModelConfig(name="transformer", placement="pre", depth=2), make, (1, 28, 28), 10)
+    count = [sum(isinstance(m, nn.LayerNorm) for m in net.modules()) for net in (model, pre)]
+    assert count == [2 * 4 + 1, 2 * 2 + 1]
+
+
 @pytest.mark.parametrize("qk_norm", ["ln", "rms"])
 def test_qk_norm_normalizes_each_heads_queries_and_keys(qk_norm):
     """Reference: attention written out by hand in float64: per head, q and k each normalized over the
@@ -106,7 +157,7 @@ def test_patches_are_4x4_tokens_in_raster_order():
 
 
 @pytest.mark.parametrize("cfg,options,needle", [
-    (ModelConfig(name="transformer", placement="output"), {}, "model.placement=pre or post"),
+    (ModelConfig(name="transformer", placement="output"), {}, "model.placement=pre, post or peri"),
     (ModelConfig(name="transformer", hidden=30, heads=4), {}, "does not split into model.heads=4"),
     (ModelConfig(name="transformer"), {"name": "wn"}, "reparameterizes the layer before it"),
     (ModelConfig(name="transformer"), {"name": "in"}, "not defined on"),

@@ -4,9 +4,17 @@
     -> depth x [multi-head self-attention, MLP (2 x width, GELU)], each a residual branch
     -> the mean of the real tokens' outputs -> dropout -> linear classifier
 
-`model.placement` puts the norm where the two conventions do (Xiong et al. 2020, arXiv 2002.04745):
+`model.placement` puts the norm where the two conventions do (Xiong et al. 2020, arXiv 2002.04745), or
+around each sublayer (Peri-LN):
 - `pre`: x + f(norm(x)) for each sublayer f, and a final norm before the pooling (GPT-2, ViT);
-- `post`: norm(x + f(x)) after each residual sum, no final norm (the original Transformer, BERT).
+- `post`: norm(x + f(x)) after each residual sum, no final norm (the original Transformer, BERT);
+- `peri`: x + norm_out(f(norm_in(x))), two norms of their own per sublayer, on its input and on its output
+  before the residual add, and a final norm before the pooling (Peri-LN: Kim et al., ICML 2025, arXiv
+  2502.02732; Gemma 2/3, OLMo 2). What this follows, found with the search tool (the paper's text was
+  not in the store, only secondary summaries of it, which agree): the block equation, the final norm on the
+  last block's output ("final normalization", as pre-LN's), and no norm on the embedding: the paper marks its
+  initial embedding normalization optional, and leaving it out keeps peri different from pre in exactly
+  the output norms.
 `model.qk_norm=ln` (or rms, dyt) normalizes each head's queries and keys over the head's features before
 their dot products (QK-layernorm: Dehghani et al. 2023, arXiv 2302.05442; Wortsman et al. 2023, arXiv
 2309.14322), whatever `norm` is; `none` leaves them as they are.
@@ -57,15 +65,17 @@ def positions_for(table: torch.Tensor, t: int, lengths: torch.Tensor | None) -> 
 
 
 class Block(nn.Module):
-    """One encoder block: attention then MLP, each a residual branch with its norm before (pre) or after
-    the residual sum (post)."""
+    """One encoder block: attention then MLP, each a residual branch with its norm before (pre), after the
+    residual sum (post), or a norm on its input and another on its output before the sum (peri)."""
 
     member_axis = True  # its forward indexes from the end: a pack may swap its layers (normbench.pack)
 
-    def __init__(self, width: int, heads: int, make: NormFactory, pre: bool, qk_norm: str = "none"):
+    def __init__(self, width: int, heads: int, make: NormFactory, placement: str = "pre", qk_norm: str = "none"):
         super().__init__()
-        self.heads, self.pre = heads, pre
-        self.attn_norm, self.mlp_norm = make(width, "seq"), make(width, "seq")
+        self.heads, self.placement = heads, placement
+        self.attn_norm, self.mlp_norm = make(width, "seq"), make(width, "seq")  # pre and peri: on the input
+        if placement == "peri":  # on the sublayer's output, before the residual add
+            self.attn_out_norm, self.mlp_out_norm = make(width, "seq"), make(width, "seq")
         self.qk = qk_norm != "none"
         if self.qk:  # one norm over the head's features, shared by the heads (as the papers' QK-layernorm)
             self.q_norm, self.k_norm = (norms.create(qk_norm, width // heads, "seq") for _ in range(2))
@@ -85,9 +95,12 @@ class Block(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(*lead, t, d))
 
     def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        if self.pre:
+        if self.placement == "pre":
             z = z + self.attend(self.attn_norm(z, mask), mask)
             return z + self.mlp(self.mlp_norm(z, mask))
+        if self.placement == "peri":
+            z = z + self.attn_out_norm(self.attend(self.attn_norm(z, mask), mask), mask)
+            return z + self.mlp_out_norm(self.mlp(self.mlp_norm(z, mask)), mask)
         z = self.attn_norm(z + self.attend(z, mask), mask)
         return self.mlp_norm(z + self.mlp(z), mask)
 
@@ -99,9 +112,9 @@ class Transformer(nn.Module):
         super().__init__()
         c, h, w = in_shape
         width, heads = cfg.hidden, cfg.heads
-        if cfg.placement not in ("pre", "post"):
-            raise UserError(f"model.placement={cfg.placement} is an RNN's; the transformer puts its norms pre or post",
-                            "use model.placement=pre or post")
+        if cfg.placement not in ("pre", "post", "peri"):
+            raise UserError(f"model.placement={cfg.placement} is an RNN's; the transformer puts its norms pre, post "
+                            "or peri", "use model.placement=pre, post or peri")
         if width % heads:
             raise UserError(f"model.hidden={width} does not split into model.heads={heads} heads",
                             f"choose heads that divide {width}, e.g. model.heads=4")
@@ -119,9 +132,8 @@ class Transformer(nn.Module):
             raise UserError(f"{h}x{w} images do not split into {PATCH}x{PATCH} patches", "use model.tokens=rows")
         self.embed = nn.Linear(c * PATCH * PATCH if self.patches else c * w, width)
         self.positions = nn.Parameter(torch.randn(MAX_TOKENS, width) * 0.02)
-        self.blocks = nn.ModuleList(Block(width, heads, make, cfg.placement == "pre", qk_norm)
-                                    for _ in range(cfg.depth))
-        self.final = make(width, "seq") if cfg.placement == "pre" else cells.Passthrough()
+        self.blocks = nn.ModuleList(Block(width, heads, make, str(cfg.placement), qk_norm) for _ in range(cfg.depth))
+        self.final = make(width, "seq") if cfg.placement in ("pre", "peri") else cells.Passthrough()
         self.dropout = nn.Dropout(cfg.dropout)
         self.head = nn.Linear(width, num_classes)
 

@@ -23,7 +23,8 @@ from normbench.errors import UserError
 from normbench.norms.registry import TAG
 
 HISTOGRAM_EVERY = 10  # histograms on every tenth logged step: they are large in the event file
-NAMES = {"weight": "scale", "bias": "shift", "original0": "g", "weight_g": "g"}
+# Derf's own scalar `shift` (s in erf(alpha x + s)) is logged as "s", apart from the affine shift (its bias).
+NAMES = {"weight": "scale", "bias": "shift", "shift": "s", "original0": "g", "weight_g": "g"}
 
 
 def norm_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
