@@ -287,6 +287,8 @@ def record(out: Path) -> None:
            "date": time.strftime("%Y-%m-%d", time.gmtime(dates[-1])) if dates else "",
            "wall_s": round(sum(state["seconds"].values())), "seconds_per_round": state["seconds"],
            "widened": state.get("widened", []), "stopped": state["finished"]}
+    for stale in (p for p in RESULTS.iterdir() if p.is_dir()):  # the previous record's studies (git keeps them)
+        shutil.rmtree(stale)
     for study in sorted(p.parent.parent for p in out.glob("*/summary/summary.md")):  # each study's own
         dest = RESULTS / study.name
         dest.mkdir(exist_ok=True)

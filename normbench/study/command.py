@@ -71,8 +71,9 @@ def _computations(job: joblist.Job, seeds) -> int:
 
 
 def plan(study: Study, say=print) -> list[float]:
-    """Print the plan: each round's jobs, runs, computations and estimated time (round 1 exactly; later
-    rounds at most: every primary claim's cells, as if none were decided). Returns the estimates."""
+    """Print the plan: each round's jobs, runs, computations and estimated time (round 1's jobs; later
+    rounds at most every primary claim's cells, as if none were decided; neither counts the lr values
+    widening may add). Returns the estimates."""
     proto = study.proto
     say(f"normbench study {' '.join(s.name for s in study.studies)} scale={study.scale} out={study.out} "
         f"jobs={study.workers}" + (f" budget={_hms(study.budget)}" if study.budget else ""))
@@ -90,7 +91,7 @@ def plan(study: Study, say=print) -> list[float]:
         say(f"round {index + 1}, seeds {seeds[0]}-{seeds[-1]}: {bound}{len(jobs)} jobs, {runs} runs, {comps} "
             f"computations, {bound}~{_hms(estimates[-1])}"
             + (" (before any lr value widening adds)" if index == 0 else
-               " (the cells of the primary claims still undecided)"))
+               " (the cells of the primary claims still undecided, before widening)"))
         if index == 0:
             for s in study.studies:
                 for sweep, overrides in s.sweeps_at(study.scale).items():

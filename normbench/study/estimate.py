@@ -8,10 +8,11 @@ A job's time has two parts that scale apart (as bench section `eval` projects th
 x the seconds a step, evaluation is one validation pass a epoch plus one test suite that does not depend on
 how long the model trained. A calibration trains the job's own pack (the round's seeds x its lrs, packed or
 not as `pack.mode=auto` decides) for a few steps in this process, then evaluates it with its whole suite;
-every figure is measured there, only the step count is the full budget's. One calibration stands for every
-job of a sweep that differs from it only in keys that do not change the cost (lr, eps, momentum, BRN's
-bounds): the first job of each other combination is calibrated. Calibrations are kept in the study's folder
-(`calibration.json`), so planning again, or resuming, does not repeat them.
+every figure is measured there, only the step count is the full budget's. A sweep's first job with each
+model and batch size is calibrated, and stands for the sweep's other jobs with that model and batch size
+(scaled by their members: the norm, ghost batch or placement they differ in is not measured apart; the
+estimate's error is that). Calibrations are kept in the study's folder (`calibration.json`), so planning
+again, or resuming, does not repeat them.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ import math
 import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 STEPS = 20  # calibration steps (after one untimed warm-up step inside the runner's own clock)
 START_S = 8.0  # a `normbench train` process: interpreter, torch, Hydra, data (measured: 7-9 s on 2 cores)
-# Keys whose value does not change what a step or an evaluation costs: one calibration serves them all.
+# Keys whose value does not change what a step or an evaluation costs (they do not key a calibration).
 COST_NEUTRAL = ("lr", "pack.lrs", "norm.eps", "norm.momentum", "norm.r_max", "norm.d_max", "seed", "pack.seeds")
 
 
@@ -57,7 +59,13 @@ def signature(overrides: list[str]) -> tuple[str, ...]:
 
 def compose(overrides: list[str]):
     """The run config `normbench train <overrides>` composes (Hydra's compose API: the study command is
-    the edge of the program, as the CLI is; inside a running Hydra app, a sweep's callback, its loader)."""
+    the edge of the program, as the CLI is; inside a running Hydra app, a sweep's callback, its loader).
+    Composed once per override list: callers derive their variants with dataclasses.replace."""
+    return _compose(tuple(overrides))
+
+
+@lru_cache(maxsize=None)
+def _compose(overrides: tuple[str, ...]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
@@ -87,6 +95,7 @@ def _train_images(cfg) -> int:
 
 def measure(overrides: list[str], seeds: list[int]) -> Calibration:
     """Train the job's pack at `seeds` for STEPS steps here, evaluate it, and read its costs."""
+    from normbench.pack import plan
     from normbench.train import runner
 
     cfg = compose(overrides)
@@ -95,11 +104,12 @@ def measure(overrides: list[str], seeds: list[int]) -> Calibration:
     short = replace(cfg, max_steps=min(STEPS, cfg.max_steps or STEPS))
     with tempfile.TemporaryDirectory() as tmp:
         runner.run(short, Path(tmp))
-        members = [json.loads(p.read_text()) for p in sorted(Path(tmp).rglob("results.json"))]
-    members = [m for m in members if "train_s" in m]
-    first = members[0]
-    # a packed pack's members share their seconds; a sequential one's add up
-    share = members if first.get("packed", {}).get("mode") == "sequential" else [first]
+        decided = plan.decide(short, Path(tmp), "cpu")
+        # each group trains and evaluates once for its members (one after another): its first member's
+        # seconds are the group's; a sequential pack is one group a member
+        share = [json.loads((Path(tmp) / decided.members[g.members[0]][0] / "results.json").read_text())
+                 for g in decided.groups]
+    first = share[0]
     steps = max(1, first.get("steps") or 1)
     validations = max(1, len(first.get("history") or []))
     validation = sum(m["eval_passes"].get("validation", 0.0) for m in share) / validations

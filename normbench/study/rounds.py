@@ -36,25 +36,33 @@ class State:
     """What the output folder's study.json keeps between invocations."""
     studies: list[str]
     scale: str
+    protocol: dict = field(default_factory=dict)  # alpha, looks, spending, widen_limit: fixed at the first run
     widened: list[dict] = field(default_factory=list)  # {"study", "base", "lr", "round"}
-    done: list[str] = field(default_factory=list)  # job folders whose `normbench train` exited 0
+    done: list[str] = field(default_factory=list)  # job folders (relative to the study's) whose train exited 0
+    jobs: dict[str, list[str]] = field(default_factory=dict)  # "<study>/<job>" -> the overrides it trained with
     seconds: dict[str, float] = field(default_factory=dict)  # "1", "1 widening", "2", ...: seconds trained
     finished: str | None = None
 
     @classmethod
-    def open(cls, out: Path, studies: list[str], scale: str) -> State:
+    def open(cls, out: Path, studies: list[str], scale: str, protocol: dict) -> State:
         path = out / STATE
         if not path.is_file():
-            return cls(studies, scale)
+            return cls(studies, scale, protocol)
         raw = json.loads(path.read_text())
         if raw["studies"] != studies or raw["scale"] != scale:
             raise UserError(f"{out} holds a study of {', '.join(raw['studies'])} at scale={raw['scale']}",
                             "rerun it with those settings to continue it, or choose another out=")
+        if raw.get("protocol", protocol) != protocol:
+            raise UserError(f"{out} was started under another protocol ({raw['protocol']})",
+                            "a protocol is declared before the first run: resume it under that one, or choose "
+                            "another out=")
         return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
 
     def save(self, out: Path) -> None:
+        from normbench.results import atomic_write_text
+
         out.mkdir(parents=True, exist_ok=True)
-        (out / STATE).write_text(json.dumps(self.__dict__, indent=1))
+        atomic_write_text(out / STATE, json.dumps(self.__dict__, indent=1))
 
     @property
     def spent(self) -> float:
@@ -87,15 +95,28 @@ class Study:
         self.studies, self.scale, self.out = studies, scale, Path(out)
         self.workers, self.budget, self.say = max(1, workers), budget, say
         self.proto = protocols.load() if protocol is None else protocols.load(Path(protocol))
-        self.state = State.open(self.out, [s.name for s in studies], scale)
+        fixed = {k: v for k, v in self.proto.describe().items() if k in ("alpha", "looks", "spending", "widen_limit")}
+        self.state = State.open(self.out, [s.name for s in studies], scale, fixed)
         self.calibrations = Calibrations(self.out / "calibration.json", say)
         self.claims = {s.name: primary_claims(s) for s in studies}
         self.failed: list[str] = []
+        self._universe: tuple[int | None, list[joblist.Job]] = (None, [])  # (widened values, the jobs)
 
     # --- what each round trains --------------------------------------------------------------------------
 
     def universe(self) -> list[joblist.Job]:
-        return [j for s in self.studies for j in joblist.study_jobs(s, self.scale, self.state.widened)]
+        """Every job of the studies: their sweeps', and the grid values widening has added so far."""
+        key = len(self.state.widened)
+        if self._universe[0] != key:
+            jobs = [j for s in self.studies for j in joblist.study_jobs(s, self.scale, self.state.widened)]
+            for j in jobs:  # a job's name is its position in its sweep: the sweep must not have changed
+                trained = self.state.jobs.get(f"{j.study}/{j.name}")
+                if trained is not None and trained != list(j.overrides):
+                    raise UserError(f"{self.out}: job {j.study}/{j.name} trained as {' '.join(trained)}; the study's "
+                                    f"plan now makes it {' '.join(j.overrides)}",
+                                    "resume it with the plan it started with, or choose another out=")
+            self._universe = (key, jobs)
+        return self._universe[1]
 
     def round_jobs(self, index: int, open_keys: set | None) -> list[joblist.Job]:
         """Round `index`'s jobs: all of them in round 1; later, those an open primary claim reads (every
@@ -107,13 +128,14 @@ class Study:
         return [j for j in jobs if j.reads(claims)]
 
     def estimate(self, job: joblist.Job, seeds) -> float:
-        """Seconds for `job` at `seeds`: its sweep's calibration at this batch size (at round 1's seeds),
-        scaled by the seeds."""
+        """Seconds for `job` at `seeds`: the calibration of its sweep's first job with its model and batch
+        size (at round 1's seeds), scaled by the members (seeds x lrs)."""
         first = protocols.round_seeds(self.proto, 0)
+        same = ("model.name", "batch_size")
         rep = next(j for j in self.universe() if j.study == job.study and j.sweep == job.sweep
-                   and j.config.get("batch_size") == job.config.get("batch_size"))
+                   and all(j.config.get(k) == job.config.get(k) for k in same))
         cal = self.calibrations.get(list(rep.overrides), list(first))
-        return cal.seconds * len(seeds) / len(first)
+        return cal.seconds * len(seeds) / len(first) * job.members_per_seed / rep.members_per_seed
 
     # --- training ------------------------------------------------------------------------------------------
 
@@ -122,27 +144,31 @@ class Study:
         beside its folder); those finished before are skipped. Their seconds count under `key` (default:
         the round's number; widening's under "<round> widening")."""
         seeds = list(protocols.round_seeds(self.proto, index))
-        todo = [j for j in jobs if str(joblist.directory(j, index, self.out)) not in self.state.done]
+        todo = [j for j in jobs if self._done_key(j, index) not in self.state.done]
         if not todo:
             return
         self.say(f"{label}: {len(todo)} job{'s' * (len(todo) > 1)} at seeds {seeds[0]}-{seeds[-1]}, "
                  f"{self.workers} at once")
         started = time.perf_counter()
         key = key or str(index + 1)
+        before = self.state.seconds.get(key, 0.0)  # an interrupted invocation's seconds stay counted
+        for j in todo:
+            self.state.jobs[f"{j.study}/{j.name}"] = list(j.overrides)
         with ThreadPoolExecutor(self.workers) as pool:
             futures = {pool.submit(self._one, j, seeds, index): j for j in todo}
             for n, future in enumerate(as_completed(futures), 1):
                 job, (code, seconds, log) = futures[future], future.result()
-                where = joblist.directory(job, index, self.out)
                 if code == 0:
-                    self.state.done.append(str(where))
+                    self.state.done.append(self._done_key(job, index))
                 else:
                     self.failed.append(f"{job.study}/{job.name} (exit {code}; {log})")
                 self.say(f"  [{n}/{len(todo)}] {job.study}/{job.name}: "
                          f"{'done' if code == 0 else f'FAILED (exit {code}), see {log}'} in {seconds:.0f} s")
+                self.state.seconds[key] = before + time.perf_counter() - started
                 self.state.save(self.out)
-        self.state.seconds[key] = self.state.seconds.get(key, 0.0) + time.perf_counter() - started
-        self.state.save(self.out)
+
+    def _done_key(self, job: joblist.Job, index: int) -> str:
+        return str(joblist.directory(job, index, self.out).relative_to(self.out))
 
     def _one(self, job: joblist.Job, seeds, index: int):
         where = joblist.directory(job, index, self.out)
@@ -169,7 +195,7 @@ class Study:
         """Before look `index` counts: the next grid value of every cell an open primary claim reads whose lr
         was chosen at its grid's edge at this look's seeds, trained at the round's seeds, until none is at an
         edge or each is at the limit."""
-        from normbench.summary import select
+        from normbench.summary import lr_sensitivity, select
         from normbench.summary.discover import find_runs
         from normbench.summary.labels import label_runs
         from normbench.summary.verdicts import cells_read
@@ -184,8 +210,8 @@ class Study:
             labels = label_runs(runs, pooled=frozenset({"lr"}))
             chosen = select.choose(runs, "lr", labels)
             cells = set()
-            for r in summary.claims:
-                if r.claim.key in open_keys:
+            for r in summary.claims:  # a claim on lr sensitivity reads the whole grid: it chooses no lr
+                if r.claim.key in open_keys and r.claim.metric != lr_sensitivity.METRIC:
                     cells |= cells_read(r.claim, runs, labels)
             declared = {}  # each cell's grid as round 1 trained it
             for run in runs:
@@ -220,18 +246,25 @@ class Study:
     def run(self) -> str:
         """Round after round until the study may stop; returns why it stopped."""
         open_keys, why = None, ""
+        self.state.finished = None
+        self.state.save(self.out)
         for index in range(len(self.proto.looks)):
             jobs = self.round_jobs(index, open_keys)
             seeds = protocols.round_seeds(self.proto, index)
             if self.budget is not None:
                 need = schedule([self.estimate(j, seeds) for j in jobs
-                                 if str(joblist.directory(j, index, self.out)) not in self.state.done], self.workers)
-                if self.state.spent + need > self.budget:
+                                 if self._done_key(j, index) not in self.state.done], self.workers)
+                if need > 0 and self.state.spent + need > self.budget:
                     why = (f"the budget is spent: round {index + 1} would need ~{_hms(need)} and "
                            f"{_hms(max(0.0, self.budget - self.state.spent))} is left")
                     break
             self.train(jobs, index, f"round {index + 1}")
-            self.widen(index)
+            if not self.failed:
+                self.widen(index)
+            if self.failed:  # look r counts once every run of round r is in: retry them first
+                why = (f"{len(self.failed)} job(s) of round {index + 1} failed; look {index + 1} waits for them: "
+                       "run the same command again to retry them")
+                break
             summary = self.results()
             self._say_look(summary, index)
             open_keys = open_after(summary.claims, index + 1) & self._members()
@@ -241,7 +274,7 @@ class Study:
             if index == len(self.proto.looks) - 1:
                 why = f"the last look ({self.proto.looks[-1]} seeds) has been taken"
                 break
-        self.state.finished = why
+        self.state.finished = None if self.failed else why  # a record is only taken from a finished study
         self.state.save(self.out)
         return why
 

@@ -5,8 +5,11 @@ configs/config.yaml; it runs once, in the process that launches the sweep).
     sweep: 24 jobs, 360 runs, 120 computations, ~1 h 05 min on this machine with 2 at once (calibrated)
 
 The estimate calibrates one job per model and batch size (estimate.py: a few steps and the whole
-evaluation suite, in this process) and projects each job from it; a sweep of at most SMALL steps in all
-is not worth the seconds a calibration takes and says so instead.
+evaluation suite, in this process) and projects each job from it. It is left out, and the line says why,
+where it would cost more than it tells: a sweep of at most SMALL steps in all, one of more than
+MAX_CALIBRATIONS model and batch size combinations (`normbench study NAME --plan` estimates a shipped
+study, keeping its calibrations), or one whose runs go to a cluster (this machine's speed says nothing
+there).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-SMALL = 5000  # steps in all, below which the sweep is not calibrated
+SMALL = 20_000  # steps in all, below which a calibration (~5-15 s per model and batch size) is not worth it
+MAX_CALIBRATIONS = 4  # model and batch size combinations calibrated at most before a sweep starts
 
 
 class SweepPlan(Callback):
@@ -24,7 +28,8 @@ class SweepPlan(Callback):
         if not _launcher_loads(config):  # the launcher's own one-line error comes next: no plan before it
             return
         try:
-            line = plan_line(list(config.hydra.overrides.task), _workers(config))
+            launcher = str((config.hydra.get("launcher") or {}).get("_target_") or "")
+            line = plan_line(list(config.hydra.overrides.task), _workers(config), local="slurm" not in launcher.lower())
         except Exception as e:  # noqa: BLE001  a plan that cannot be made never stops the sweep
             line = f"sweep: (no plan: {type(e).__name__}: {e})"
         print(f"normbench: {line}", file=sys.stderr, flush=True)
@@ -56,7 +61,7 @@ def _steps(cfg) -> int:
     return min(full, cfg.max_steps) if cfg.max_steps else full
 
 
-def plan_line(overrides: list[str], workers: int) -> str:
+def plan_line(overrides: list[str], workers: int, local: bool = True) -> str:
     from pathlib import Path
     from tempfile import TemporaryDirectory
 
@@ -77,6 +82,11 @@ def plan_line(overrides: list[str], workers: int) -> str:
     head = f"sweep: {len(jobs)} jobs, {runs} runs, {computations} computations"
     if steps <= SMALL:
         return f"{head}, {steps:,} steps in all at most: too short to be worth calibrating"
+    combos = {(cfg.model.name, cfg.batch_size) for cfg in configs}
+    if not local or len(combos) > MAX_CALIBRATIONS:
+        why = "its runs go to a cluster" if not local else f"{len(combos)} model and batch size combinations"
+        return (f"{head}, {steps:,} steps in all; not calibrated here ({why}): `normbench study NAME --plan` "
+                "estimates a shipped study")
     cal = Calibrations(None, say=lambda s: None)
     first: dict[tuple, list[str]] = {}
     seconds = []
