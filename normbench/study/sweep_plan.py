@@ -25,14 +25,27 @@ MAX_CALIBRATIONS = 4  # model and batch size combinations calibrated at most bef
 
 class SweepPlan(Callback):
     def on_multirun_start(self, config, **kwargs: Any) -> None:
-        if not _launcher_loads(config):  # the launcher's own one-line error comes next: no plan before it
+        # Where the sweep cannot start (its launcher does not load, its folder cannot be written, a value it
+        # sweeps is unknown) the sweep's own one-line error comes next: no plan line before it.
+        if not _launcher_loads(config) or not _writable(config.hydra.sweep.dir):
             return
         try:
             launcher = str((config.hydra.get("launcher") or {}).get("_target_") or "")
             line = plan_line(list(config.hydra.overrides.task), _workers(config), local="slurm" not in launcher.lower())
-        except Exception as e:  # noqa: BLE001  a plan that cannot be made never stops the sweep
-            line = f"sweep: (no plan: {type(e).__name__}: {e})"
+        except Exception:  # noqa: BLE001  a plan that cannot be made never stops the sweep, nor speaks for it
+            return
         print(f"normbench: {line}", file=sys.stderr, flush=True)
+
+
+def _writable(folder: str) -> bool:
+    """The sweep's folder exists or can be made (Hydra makes it next; making it first changes nothing)."""
+    from pathlib import Path
+
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return True
 
 
 def _launcher_loads(config) -> bool:
