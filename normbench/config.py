@@ -143,6 +143,7 @@ class NormConfig:
     name: str = "bn"  # a catalog name: `normbench norms` lists them
     impl: str = "native"  # native (PyTorch kernel) | scratch (written from the definition)
     eps: Optional[float] = None  # added to the variance
+    eps_grad: Optional[float] = None  # bn: backpropagate BN's gradient at this eps, output at eps (null = eps's own)
     momentum: Optional[float] = None  # running-statistics update rate (batch norms)
     affine: Optional[bool] = None  # learnable scale and shift
     groups: Optional[int] = None  # channel groups (gn, evonorm)

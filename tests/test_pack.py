@@ -145,6 +145,8 @@ VARIANTS = {
     "cnn-bn-ghost": ("cnn", "bn", {"norm_opts": {"ghost_batch": 2}, "optimizer": "sgd", "lr": 0.05}),
     "cnn-bn-positions": ("cnn", "bn", {"norm_opts": {"positions": 3}, "optimizer": "sgd", "lr": 0.05}),
     "bn-scratch": ("cnn", "bn", {"norm_opts": {"impl": "scratch"}}),
+    # eps 0.1's output with eps 1e-5's gradient (issue 42): PackedBatchNorm splits as each member's BN does
+    "bn-eps-grad": ("mlp", "bn", {"norm_opts": {"eps": 0.1, "eps_grad": 1e-5}}),
     "augmented": ("cnn", "gn", {"data": None}),
 }
 

@@ -4,6 +4,7 @@
     bn = norms.create("bn", 64, "seq", masked=False)   # naive: the padding is counted too
     bn = norms.create("bn", 64, "image", ghost_batch=4)   # statistics over each group of 4 samples
     bn = norms.create("bn", 64, "image", positions=4)     # statistics over 4 random positions per image
+    bn = norms.create("bn", 64, "flat", eps=0.1, eps_grad=1e-5)   # eps 0.1's output, eps 1e-5's gradient
 
 On `seq` layout the statistics cover real tokens only when given a mask (PowerNorm's masked BN,
 Shen et al. 2020); `masked=False` reproduces the naive layer whose statistics include the padding.
@@ -13,10 +14,16 @@ then counts groups, as K-sample BatchNorm calls would. `positions=k` (images onl
 statistics over k spatial positions per image drawn at random each batch (all positions are normalized by
 them), so the values per channel, batch x k, can shrink at a fixed batch: the experiment that tells the
 values-per-channel explanation of BN's small-batch failure from the batch size itself. `impl="scratch"`
-selects the from-scratch twin in scratch.py, checked equal to this one.
+selects the from-scratch twin in scratch.py, checked equal to this one. `eps_grad=e` (training only) keeps
+the output of BN at `eps` and backpropagates the gradient of BN at `e` instead, at the same input, batch
+statistics and groups (`batch_stats.split_eps`): at K = 2 on flat features, where BN at eps is
+delta / sqrt(delta^2 + eps), it tells what eps does to the forward pass from what it does to the gradient.
+Running statistics and evaluation use `eps`; None (or e = eps) is the plain layer, code path and all.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -47,9 +54,11 @@ class BatchNorm(batch_stats.BatchStatistics, _BatchNorm):
     """torch's BatchNorm kernel for every layout: (N, C), (N, C, H, W), and (N, T, C) with a padding mask."""
 
     def __init__(self, num_features: int, layout: str, *, masked: bool = True, ghost_batch: int | None = None,
-                 positions: int | None = None, **kwargs):
+                 positions: int | None = None, eps_grad: float | None = None, **kwargs):
         super().__init__(num_features, **kwargs)
         self.layout, self.masked, self.ghost_batch, self.positions = layout, masked, ghost_batch, positions
+        # None where it would change nothing (unset, or eps itself): batch_stats.splits_eps then says no
+        self.eps_grad = None if eps_grad is None or eps_grad == self.eps else float(eps_grad)
         if positions is not None:
             # Each batch's positions come from this seed and the batch count (a buffer): drawn the same way
             # whether the run resumes or trains in a pack, and from nothing else's random stream. The seed is
@@ -74,6 +83,14 @@ class BatchNorm(batch_stats.BatchStatistics, _BatchNorm):
         check_batch_values(x, "BatchNorm")
         if self.positions is not None:
             return self._sampled(x)
+        if batch_stats.splits_eps(self):
+            with torch.no_grad():  # the numbers (and the running statistics' one update) as without eps_grad
+                value = self._train_dense(x, groups)
+            return batch_stats.split_eps(value, self._batch_statistics(x, groups, self.eps_grad))
+        return self._train_dense(x, groups)
+
+    def _train_dense(self, x: torch.Tensor, groups: int) -> torch.Tensor:
+        """`_dense` in training: the batch's (or each group's) statistics, the running ones updated."""
         if groups == 1 and self.stats_sink is None:  # the kernel updates the running statistics in place
             self.num_batches_tracked.add_(1)
             return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, True,
@@ -95,6 +112,28 @@ class BatchNorm(batch_stats.BatchStatistics, _BatchNorm):
         batch_stats.absorb(self, mean.view(groups, -1), var.view(groups, -1), values)
         return batch_stats.from_groups(y, groups)
 
+    def _batch_statistics(self, x: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
+        """BN at `eps` with the batch's (or each ghost batch's) statistics, running statistics untouched: the
+        graph `eps_grad`'s gradient comes from, over the groups `_train_dense` takes (the same kernel calls)."""
+        if groups == 1:
+            return F.batch_norm(x, None, None, self.weight, self.bias, True, 0.0, eps)
+        if x.device.type == "cpu" and x.numel() // (x.shape[1] * groups) >= LOOP_MIN_VALUES:
+            return torch.cat([F.batch_norm(part, None, None, self.weight, self.bias, True, 0.0, eps)
+                              for part in x.chunk(groups)])
+        weight = None if self.weight is None else self.weight.repeat(groups)
+        bias = None if self.bias is None else self.bias.repeat(groups)
+        y = F.batch_norm(batch_stats.to_groups(x, groups), None, None, weight, bias, True, 0.0, eps)
+        return batch_stats.from_groups(y, groups)
+
+    def _normalized(self, normalize: Callable[[float], torch.Tensor]) -> torch.Tensor:
+        """normalize(eps) from statistics already taken; with `eps_grad`, its numbers and the gradient of
+        normalize(eps_grad) through the same statistics (batch_stats.split_eps)."""
+        if not batch_stats.splits_eps(self):
+            return normalize(self.eps)
+        with torch.no_grad():
+            value = normalize(self.eps)
+        return batch_stats.split_eps(value, normalize(self.eps_grad))
+
     def _sampled(self, x: torch.Tensor) -> torch.Tensor:
         """(N, C, H, W) normalized by the mean and variance of `positions` distinct random positions of each
         image (all of them where a layer has fewer), gradients flowing through those statistics as in BN."""
@@ -111,10 +150,14 @@ class BatchNorm(batch_stats.BatchStatistics, _BatchNorm):
         self.num_batches_tracked.add_(1)
         batch_stats.absorb(self, mean[None], var[None] * (n * k / (n * k - 1)), n * k)
         shape = (1, c) + (1,) * (x.dim() - 2)
-        y = (x - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
-        if self.weight is not None:
-            y = y * self.weight.view(shape) + self.bias.view(shape)
-        return y
+
+        def normalize(eps: float) -> torch.Tensor:
+            y = (x - mean.view(shape)) * torch.rsqrt(var.view(shape) + eps)
+            if self.weight is not None:
+                y = y * self.weight.view(shape) + self.bias.view(shape)
+            return y
+
+        return self._normalized(normalize)
 
     def _weighted(self, xf: torch.Tensor, w: torch.Tensor, groups: int = 1) -> torch.Tensor:
         """Statistics over the rows with w = 1 (the accelerator path: no data-dependent shapes), per group
@@ -126,15 +169,20 @@ class BatchNorm(batch_stats.BatchStatistics, _BatchNorm):
         self.num_batches_tracked.add_(groups)
         batch_stats.absorb(self, mean, batch_stats.unbiased(var, n), n)
         rows = xf.shape[0]
-        y = (xf - batch_stats.spread(mean, groups, rows)) * torch.rsqrt(batch_stats.spread(var, groups, rows) + self.eps)
-        if self.weight is not None:
-            y = y * self.weight
-        if self.bias is not None:
-            y = y + self.bias
-        return y * w
+
+        def normalize(eps: float) -> torch.Tensor:
+            y = (xf - batch_stats.spread(mean, groups, rows)) * torch.rsqrt(batch_stats.spread(var, groups, rows) + eps)
+            if self.weight is not None:
+                y = y * self.weight
+            if self.bias is not None:
+                y = y + self.bias
+            return y * w
+
+        return self._normalized(normalize)
 
     def extra_repr(self) -> str:
         extra = f", positions={self.positions}" if self.positions is not None else ""
+        extra += f", eps_grad={self.eps_grad}" if self.eps_grad is not None else ""
         return (f"{super().extra_repr()}, layout={self.layout}, masked={self.masked}, ghost_batch={self.ghost_batch}"
                 f"{extra}")
 
@@ -157,13 +205,15 @@ def _check_positions(positions, layout: str, ghost_batch: int | None) -> None:
     batch_dependent=True, params="scale, shift per channel",
     paper="Ioffe & Szegedy 2015, arXiv 1502.03167",
 ))
-# Defaults are PyTorch's (eps 1e-5, momentum 0.1), which follow the paper.
+# Defaults are PyTorch's (eps 1e-5, momentum 0.1), which follow the paper; eps_grad None: eps's own gradient.
 def build_bn(num_features: int, layout: str, *, eps: float = 1e-5, momentum: float = 0.1,
              affine: bool = True, masked: bool = True, ghost_batch: int | None = None,
-             positions: int | None = None) -> nn.Module:
+             positions: int | None = None, eps_grad: float | None = None) -> nn.Module:
     batch_stats.check_option(ghost_batch, "BatchNorm")
+    batch_stats.check_eps_grad(eps_grad, "BatchNorm")
     if positions is not None:
         _check_positions(positions, layout, ghost_batch)
-        return BatchNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, positions=positions)
+        return BatchNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, positions=positions,
+                         eps_grad=eps_grad)
     return BatchNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, masked=masked,
-                     ghost_batch=ghost_batch)
+                     ghost_batch=ghost_batch, eps_grad=eps_grad)

@@ -14,6 +14,9 @@ BatchNorm applied to each group in turn). G sequential updates r <- (1 - m_g) r 
 form r_G = prod_g (1 - m_g) r_0 + sum_j m_j prod_{h > j} (1 - m_h) s_j, one weighted sum instead of a loop.
 m_g is the momentum, or 0 for a group with fewer than two real values (no variance estimate).
 
+`split_eps(value, grad)` is BatchNorm's `eps_grad` option (and the scratch and packed BN's): an output with
+the numbers of BN at `eps` and the gradient of BN at `eps_grad`, both with batch statistics.
+
 `absorb` is also where PreciseBN (normbench/studies/precise_bn.py) listens: a module whose `stats_sink` is set hands
 its per-group statistics to the sink instead of folding them into the running buffers.
 """
@@ -57,6 +60,15 @@ def check_option(ghost_batch: int | None, name: str) -> None:
                                     or ghost_batch < 1):
         raise UserError(f"{name} ghost_batch must be a number of samples >= 1 (got {ghost_batch!r})",
                         "set norm.ghost_batch=K with K dividing batch_size, or null for the whole batch")
+
+
+def check_eps_grad(eps_grad, name: str) -> None:
+    """At build time: the eps whose gradient BN backpropagates (`split_eps`) is a number > 0, or None for
+    eps's own."""
+    if eps_grad is not None and (isinstance(eps_grad, bool) or not isinstance(eps_grad, (int, float))
+                                 or not eps_grad > 0):
+        raise UserError(f"{name} eps_grad must be a number > 0 (got {eps_grad!r})",
+                        "set norm.eps_grad=1e-5 (say), or null for the gradient of norm.eps itself")
 
 
 def num_groups(samples: int, ghost_batch: int | None, name: str) -> int:
@@ -153,6 +165,27 @@ def running_before(running: Tensor, stats: Tensor, m: Tensor) -> Tensor:
         return running[None]
     keep, w = prefix_weights(m)
     return keep[:, None] * running + w @ stats
+
+
+def splits_eps(module) -> bool:
+    """Does this training forward take `split_eps`'s path? Only with an `eps_grad` other than `eps` (stored as
+    None when equal), in training, and where a gradient is recorded; else today's code path, bit for bit."""
+    return module.eps_grad is not None and module.training and torch.is_grad_enabled()
+
+
+def split_eps(value: Tensor, grad: Tensor) -> Tensor:
+    """`value`'s numbers with `grad`'s gradient: value.detach() + (grad - grad.detach()).
+
+    `value` is BN's output at eps (computed as without the option: the same kernel, the running statistics
+    updated once, there), `grad` BN's output at eps_grad over the same input, the same batch statistics and
+    ghost-batch groups (running statistics untouched). grad - grad.detach() is exactly 0 in floating point
+    (finite x - x), so the sum is `value` bit for bit (but a -0.0, which becomes +0.0); autograd passes the
+    incoming gradient unchanged through both additions into `grad`'s graph, so backward is autograd's own
+    gradient of BN at eps_grad (input, scale and shift) at this input. Chosen over a custom
+    autograd.Function whose backward would recompute BN at eps_grad and differentiate it: the same numbers,
+    with no hand-written backward to get wrong and no recomputation; it costs one more BN forward (its
+    numbers unused) and that forward's saved tensors."""
+    return value.detach() + (grad - grad.detach())
 
 
 def absorb(module, mean: Tensor, var_unbiased: Tensor, n) -> None:

@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from normbench.errors import UserError
-from normbench.norms.batch_stats import BatchStatistics, check_option, grouped_masked_moments, num_groups
+from normbench.norms.batch_stats import (BatchStatistics, check_eps_grad, check_option, grouped_masked_moments,
+                                         num_groups, split_eps, splits_eps)
 from normbench.norms.common import batch_dims, channel_shape, check_batch_values, check_spatial
 from normbench.norms.group import check_groups
 from normbench.norms.registry import twin
@@ -48,13 +49,15 @@ class ScratchBatchNorm(BatchStatistics, _Affine):
     var_B = mean (x - mu_B)^2, x_hat = (x - mu_B) / sqrt(var_B + eps), y = gamma x_hat + beta. Training
     keeps running averages (variance made unbiased, m / (m - 1)) that eval uses instead. Ghost batches
     (Hoffer et al., section 4.1) are literally that: the batch split into groups of K samples, each run
-    through the same steps in turn."""
+    through the same steps in turn. `eps_grad` (the native layer's option): in training, x_hat's numbers at
+    eps and its gradient at eps_grad, through the same mu_B and var_B (batch_stats.split_eps)."""
 
     def __init__(self, num_features: int, layout: str, *, eps: float, momentum: float, affine: bool,
-                 masked: bool, ghost_batch: int | None = None):
+                 masked: bool, ghost_batch: int | None = None, eps_grad: float | None = None):
         super().__init__(num_features, affine)
         self.layout, self.eps, self.momentum, self.masked = layout, eps, momentum, masked
         self.ghost_batch = ghost_batch
+        self.eps_grad = None if eps_grad is None or eps_grad == eps else float(eps_grad)
         self.register_buffer("running_mean", torch.zeros(num_features))
         self.register_buffer("running_var", torch.ones(num_features))
         self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
@@ -94,7 +97,16 @@ class ScratchBatchNorm(BatchStatistics, _Affine):
                     self.running_var.copy_(torch.where(m < 2, self.running_var, new_var))
         else:
             mean, var = self.running_mean, self.running_var
-        y = self.scale_shift((x - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps), shape)
+
+        def normalize(eps: float) -> Tensor:
+            return self.scale_shift((x - mean.view(shape)) / torch.sqrt(var.view(shape) + eps), shape)
+
+        if splits_eps(self):
+            with torch.no_grad():
+                value = normalize(self.eps)
+            y = split_eps(value, normalize(self.eps_grad))
+        else:
+            y = normalize(self.eps)
         return y * mask[..., None] if use_mask else y
 
 
@@ -197,13 +209,14 @@ class ScratchWeightNormConv2d(nn.Conv2d):
 # The twins, each called as its native builder is (norms/batch.py, layer.py, group.py, rms.py, weight.py).
 @twin("bn")
 def _bn(num_features: int, layout: str, *, eps: float, momentum: float, affine: bool, masked: bool,
-        ghost_batch: int | None, positions: int | None) -> nn.Module:
+        ghost_batch: int | None, positions: int | None, eps_grad: float | None) -> nn.Module:
     check_option(ghost_batch, "BatchNorm")
+    check_eps_grad(eps_grad, "BatchNorm")
     if positions is not None:
         raise UserError("norm.positions combines with neither norm.ghost_batch nor norm.impl=scratch",
                         "set one of them only")
     return ScratchBatchNorm(num_features, layout, eps=eps, momentum=momentum, affine=affine, masked=masked,
-                            ghost_batch=ghost_batch)
+                            ghost_batch=ghost_batch, eps_grad=eps_grad)
 
 
 @twin("ln")
