@@ -19,7 +19,7 @@ from scipy import stats as scipy_stats
 from test_summarize import _summarize, write_run
 
 from normbench.errors import UserError
-from normbench.summary import claims, stats, verdicts
+from normbench.summary import claims, metrics, stats, verdicts
 from normbench.summary.discover import find_runs
 from normbench.summary.summarize import compute
 
@@ -120,9 +120,9 @@ def test_summarize_claims_end_to_end(tmp_path):
     """Reference: the hand-made sweep (gn − bn = +10 points, the same sign in every seed; ln ≈ gn), its four
     claims primary: `held` for the true direction, `refuted` for the reverse, `inconclusive` for a difference
     within the noise, `held` for equivalence within 5 points, all at look 2 (5 pairs; none decides at look 1's
-    3 pairs); p_holm is Holm by hand over the whole family: the 18 shipped primary claims (untested: p = 1)
-    and these four, each one's hypothesis and its opposite (44 p-values; scipy's one-sided t-tests on the
-    5 pairs); the claims print before the tables; summary.json and claims.csv hold every field."""
+    3 pairs); p_holm is Holm by hand over the whole family: the m shipped primary claims (untested: p = 1;
+    docs/protocol.md counts them) and these four, each one's hypothesis and its opposite (2 (m + 4) p-values;
+    scipy's one-sided t-tests on the 5 pairs); the claims print before the tables; summary.json and claims.csv hold every field."""
     from normbench.summary import protocol
 
     claim_sweep(tmp_path / "sweep")
@@ -143,16 +143,16 @@ def test_summarize_claims_end_to_end(tmp_path):
     one = lambda x, m, alt: scipy_stats.ttest_1samp(x, m, alternative=alt).pvalue  # noqa: E731
     minus = [-v for v in d]
     # the family: each claim's hypothesis, then its opposite (scipy's one-sided tests; TOST's is the larger
-    # of two, its opposite twice the smaller of the two outside tests), then the 18 shipped claims' two at p = 1
+    # of two, its opposite twice the smaller of the two outside tests), then the m shipped claims' two at p = 1
     family = [one(d, 0, "greater"), one(minus, 0, "greater"), one(d_ln, 0, "greater"),
               max(one(d_ln, -0.05, "greater"), one(d_ln, 0.05, "less")),
               one(d, 0, "less"), one(minus, 0, "less"), one(d_ln, 0, "less"),
               min(1.0, 2 * min(one(d_ln, 0.05, "greater"), one(d_ln, -0.05, "less")))]
     shipped = len(protocol.load().family)
-    assert shipped == 18
+    assert shipped >= 18  # docs/protocol.md's table lists them
     family += [1.0] * (2 * shipped)
     k = len(family)
-    order = sorted(range(k), key=lambda i: family[i])  # Holm by hand: sorted p's x 44, 43, ..., monotone, <= 1
+    order = sorted(range(k), key=lambda i: family[i])  # Holm by hand: sorted p's x k, k - 1, ..., monotone, <= 1
     expected, running = [None] * k, 0.0
     for rank, i in enumerate(order):
         running = max(running, min(1.0, (k - rank) * family[i]))
@@ -162,7 +162,7 @@ def test_summarize_claims_end_to_end(tmp_path):
     assert got[0]["level"] == pytest.approx(protocol.load().levels[1])
     assert got[0]["n"] == 5 and got[0]["estimate"] == pytest.approx(statistics.fmean(d), rel=1e-12)
     assert got[0]["p"] == pytest.approx(scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue, rel=1e-9)
-    assert got[0]["p_exact"] == 1 / 32 and got[0]["p_exact_holm"] == 1.0  # 44 x 1/32
+    assert got[0]["p_exact"] == 1 / 32 and got[0]["p_exact_holm"] == 1.0  # (2 m + 8) x 1/32
     assert got[0]["rests_on"] == "t-test" and "rests on the t-test's normality" in got[0]["note"]
     assert got[2]["rests_on"] == "" and "held · t-test" in r.stdout
     rows = list(csv.DictReader((tmp_path / "sweep" / "claims.csv").open()))
@@ -183,8 +183,8 @@ def test_exploratory_claims_get_an_estimate_not_a_verdict(tmp_path):
 
 def test_same_runs_same_verdict_whatever_folder(tmp_path):
     """Reference: protocol.py's family rule: a shipped primary claim's verdict on the same runs does not
-    depend on what else the folder holds. Summarized alone, it is Holm over the 36 hypotheses of the 18
-    shipped claims with 35 at p = 1; beside a stronger second primary claim of the family, its Holm p can
+    depend on what else the folder holds. Summarized alone, it is Holm over the 2 m hypotheses of the m
+    shipped claims with 2 m - 1 at p = 1; beside a stronger second primary claim of the family, its Holm p can
     only fall (the other claim's p takes Holm's first step), so a verdict alone is a verdict together."""
     from normbench.summary import protocol
 
@@ -196,14 +196,15 @@ def test_same_runs_same_verdict_whatever_folder(tmp_path):
         r.overrides = [f"experiment={first[0]}"]
     member = claims.Claim(first[1], {"norm.name": "gn"}, {"norm.name": "bn"}, "greater", study=first[0])
     alone = verdicts.test([member], runs)[0]
+    m = len(proto.family)
     d = [0.80 + e / 2 - 0.70 - e for e in [0.004, -0.006, 0.002, 0.007, -0.003]]
     p = scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue
     assert alone.role == "primary" and alone.look == 2  # a member by its key: no role needed in the runs
-    assert alone.p_holm == pytest.approx(36 * p, rel=1e-9) and alone.verdict == "held"
+    assert alone.p_holm == pytest.approx(2 * m * p, rel=1e-9) and alone.verdict == "held"
     # a second member with a smaller p (the same pairs against a margin of -5 points) takes Holm's first step
     stronger = claims.Claim(second[1], member.a, member.b, "greater", margin=-5.0, study=second[0])
     together = verdicts.test([member, stronger], runs)
-    assert together[1].p < p and together[0].p_holm == pytest.approx(35 * p, rel=1e-9)
+    assert together[1].p < p and together[0].p_holm == pytest.approx((2 * m - 1) * p, rel=1e-9)
     assert together[0].verdict == "held" and together[0].p_holm < alone.p_holm
 
 
@@ -282,8 +283,8 @@ def test_shipped_experiments_declare_valid_claims():
 def test_metric_difference_is_each_runs_own():
     """Reference: the arithmetic: 'x - y' on one results.json is that run's x minus its y."""
     res = {"test_acc_by_length": {"28": 0.7, "42": 0.55}}
-    assert verdicts._metric(res, "test_acc_by_length.42 - test_acc_by_length.28") == pytest.approx(-0.15)
-    assert verdicts._metric(res, "test_acc_by_length.36") is None
+    assert metrics.read(res, "test_acc_by_length.42 - test_acc_by_length.28") == pytest.approx(-0.15)
+    assert metrics.read(res, "test_acc_by_length.36") is None
 
 
 def test_readme_claims_section_is_generated():
@@ -417,8 +418,8 @@ def test_a_diverging_lr_counts_at_chance_in_the_choice_and_the_claim(tmp_path):
 def test_verdict_says_what_it_rests_on_and_its_budget(tmp_path):
     """Reference: the protocol's looks worked by hand on ten pairs d = a − b (points) = 1.3, 0.7, 1.2, 0.8,
     1.0, 1.25, 0.75, 1.1, 0.9, 1.0: at 3 and 5 pairs the one-sided t-test (scipy) stays above its look's
-    level after Holm (x 38: the 18 shipped claims and this one), at 10 pairs it is far below, and so is the
-    exact test (every sign positive: 1/1024 x 38 = 0.037 < 0.0444): held at look 3, resting on the exact
+    level after Holm (x 2 (m + 1): the m shipped claims and this one), at 10 pairs it is far below, and so is the
+    exact test (every sign positive: 1/1024 x 2 (m + 1) < 0.0444 while m <= 21): held at look 3, resting on the exact
     test. The gn runs' validation accuracy still rises over their last epochs (tables.plateaued), so the
     verdict is budget-limited; the summary's Markdown shows the role and both."""
     from normbench.summary import protocol
@@ -434,17 +435,18 @@ def test_verdict_says_what_it_rests_on_and_its_budget(tmp_path):
                                                       "b": {"norm.name": "bn"}, "expect": "greater",
                                                       "role": "primary"}]))
     levels = protocol.load().levels
+    k = 2 * (len(protocol.load().family) + 1)
     for n, level in zip((3, 5), levels):
-        assert 38 * scipy_stats.ttest_1samp(d[:n], 0, alternative="greater").pvalue > level
-    assert 38 * scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue < levels[2] and 38 / 1024 < levels[2]
+        assert k * scipy_stats.ttest_1samp(d[:n], 0, alternative="greater").pvalue > level
+    assert k * scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue < levels[2] and k / 1024 < levels[2]
     s = compute(tmp_path, claims_file=tmp_path / "c.yaml")
     (r,) = s.claims
     assert (r.verdict, r.look, r.look_n, r.rests_on, r.budget_limited) == ("held", 3, 10, "exact", True)
-    assert r.p_exact == 1 / 1024 and r.p_exact_holm == pytest.approx(38 / 1024)
+    assert r.p_exact == 1 / 1024 and r.p_exact_holm == pytest.approx(k / 1024)
     assert "budget-limited: 10 of 20 runs it reads had not plateaued" in r.note
     md = report.to_markdown(s)
     assert "| gn beats bn | primary |" in md and "| 3/3 (0.044) | held · exact, budget-limited |" in md
-    assert s.protocol["hypotheses"] == 38 and s.protocol["spending"] == "obrien_fleming"
+    assert s.protocol["hypotheses"] == k and s.protocol["spending"] == "obrien_fleming"
 
 
 def test_a_seed_chooses_only_among_the_lrs_it_ran(tmp_path):

@@ -8,10 +8,24 @@
         margin: 0.0                           # points (x 100 for accuracies); equivalent: the bound, required
         metric: test_acc                      # any number in results.json; a dotted path reaches into
                                               # a dict (test_acc_by_length.42), "x - y" is a run's own
-                                              # difference; a side may set its own (a: {..., metric: ...});
+                                              # difference, "history[-3:].acc/val" the mean of a list's
+                                              # last 3 entries' acc/val (the last 3 epochs' validation
+                                              # accuracy); a side may set its own (a: {..., metric: ...});
                                               # lr_sensitivity: a seed's accuracy lost over its lr grid
                                               # (lr_sensitivity.py), from all the side's runs at that seed
         role: primary                         # primary | exploratory (the default)
+        note: what it can and cannot conclude # optional: shown with the claim in the generated docs
+
+    A side may be a difference of two cells at the same seed (a difference in differences):
+
+      - name: BN loses more than GN from batch 32 to 2
+        a: {norm.name: bn, batch_size: 2, minus: {norm.name: bn, batch_size: 32}}   # BN(2) - BN(32), per seed
+        b: {norm.name: gn, batch_size: 2, minus: {norm.name: gn, batch_size: 32}}   # GN(2) - GN(32), per seed
+        expect: less                          # the per-seed d = (BN(2) - BN(32)) - (GN(2) - GN(32)) < 0
+
+    `minus` is a selector of its own (every key it needs, not only those that change; a metric of its own,
+    or the side's); the side's value at a seed is its run's metric minus the minus run's, so a seed enters the
+    pairs only where all four runs gave a number, and mean_a / mean_b are the two changes.
 
     found = parse(raw, "claims.yaml")          # or load_file(path), or declared(runs): what the runs recorded
     results = verdicts.test(found, runs)       # summarize does this: a ClaimResult per claim
@@ -33,7 +47,8 @@ from normbench.summary import lr_sensitivity, stats
 from normbench.summary.types import Run
 
 VERDICTS = ("held", "refuted", "inconclusive", "exploratory")
-FIELDS = ("name", "a", "b", "expect", "margin", "metric", "role")
+FIELDS = ("name", "a", "b", "expect", "margin", "metric", "role", "note")
+MINUS = "minus"  # a side's key: the cell subtracted from it, seed by seed
 ROLES = ("primary", "exploratory")
 
 
@@ -47,9 +62,31 @@ class Claim:
     metric: str = "test_acc"
     study: str = ""  # declared by this experiment: it selects among its runs only ('' : every run)
     role: str = "exploratory"  # primary: a member of the confirmatory family (protocol.py)
+    note: str = field(default="", compare=False)  # what it can and cannot conclude: words, not the claim
 
     def metric_of(self, side: dict[str, Any]) -> str:
         return str(side.get("metric", self.metric))
+
+    @property
+    def reads_lr_grid(self) -> bool:
+        """Does a side read lr sensitivity (every lr's run at a seed)? Such a claim chooses no lr."""
+        return any(self.metric_of(side) == lr_sensitivity.METRIC for side in (self.a, self.b))
+
+    def minus_of(self, side: dict[str, Any]) -> dict[str, Any] | None:
+        """The selector a side subtracts (its `minus`), with the side's metric where it names none."""
+        minus = side.get(MINUS)
+        return None if minus is None else {**minus, "metric": minus.get("metric", self.metric_of(side))}
+
+    def selectors(self) -> list[dict[str, Any]]:
+        """Every cell's selector the claim reads (a, a's minus, b, b's minus), without metric and minus:
+        what a study trains for it and where its lr choices are read."""
+        out = []
+        for side in (self.a, self.b):
+            for sel in filter(None, (side, self.minus_of(side))):
+                own = {k: v for k, v in sel.items() if k not in ("metric", MINUS)}
+                if own not in out:
+                    out.append(own)
+        return out
 
     @property
     def key(self) -> tuple[str, str]:
@@ -136,20 +173,27 @@ def parse(raw: Any, source: str, study: str = "") -> list[Claim]:
             raise UserError(f"{source}: two claims are named {name!r}", "give each claim its own name")
         names.add(name)
         where = f"{source}: claim {name!r}"
+        metrics = []
         for side in ("a", "b"):
             sel = item.get(side)
             if not isinstance(sel, dict) or not sel:
                 raise UserError(f"{where}: `{side}` must select runs by config keys",
                                 f"e.g. {side}: {{norm.name: bn, batch_size: 2}}")
-            if bad := sorted(set(sel) - known):
-                raise UserError(f"{where}: `{side}` selects on unknown key(s) {', '.join(bad)}",
-                                "use config keys as `normbench train --cfg job` prints them, dotted (norm.name)")
-        metrics = [str(sel.get("metric", item.get("metric", "test_acc"))) for sel in (item["a"], item["b"])]
+            _selector(where, side, sel, known)
+            metrics.append(str(sel.get("metric", item.get("metric", "test_acc"))))
+            if MINUS in sel:
+                minus = sel[MINUS]
+                if not isinstance(minus, dict) or not minus or MINUS in minus or not set(minus) - {"metric"}:
+                    raise UserError(f"{where}: `{side}.minus` must select one cell by config keys (and no minus "
+                                    "of its own)", f"e.g. {side}: {{norm.name: bn, batch_size: 2, minus: "
+                                    "{norm.name: bn, batch_size: 32}}")
+                _selector(where, f"{side}.minus", minus, known)
+                metrics.append(str(minus.get("metric", metrics[-1])))
         if any(m.count(" - ") > 1 for m in metrics):
             raise UserError(f"{where}: a metric may be one difference \"x - y\" (got {metrics})",
                             "write each side's metric as a number of results.json or x - y")
         if len({"acc" in m or m == lr_sensitivity.METRIC for m in metrics}) > 1:
-            raise UserError(f"{where}: a and b read metrics in different units ({metrics[0]}, {metrics[1]})",
+            raise UserError(f"{where}: its sides read metrics in different units ({', '.join(metrics)})",
                             "compare an accuracy with an accuracy (margins are points for them)")
         expect = item.get("expect")
         if expect not in stats.EXPECT:
@@ -165,9 +209,20 @@ def parse(raw: Any, source: str, study: str = "") -> list[Claim]:
         role = item.get("role", "exploratory")
         if role not in ROLES:
             raise UserError(f"{where}: role={role!r}", f"use one of: {', '.join(ROLES)} (default exploratory)")
+        note = item.get("note", "")
+        if not isinstance(note, str):
+            raise UserError(f"{where}: note must be a sentence (got {type(note).__name__})",
+                            "write note: what the claim can and cannot conclude")
         out.append(Claim(name, dict(item["a"]), dict(item["b"]), expect, float(margin),
-                         str(item.get("metric", "test_acc")), str(item.get("study", study)), role))
+                         str(item.get("metric", "test_acc")), str(item.get("study", study)), role, " ".join(note.split())))
     return out
+
+
+def _selector(where: str, side: str, sel: dict, known: set[str]) -> None:
+    """A UserError naming the side for a selector key that is no config key (metric and minus aside)."""
+    if bad := sorted(set(sel) - known - {MINUS}):
+        raise UserError(f"{where}: `{side}` selects on unknown key(s) {', '.join(bad)}",
+                        "use config keys as `normbench train --cfg job` prints them, dotted (norm.name)")
 
 
 def load_file(path) -> list[Claim]:

@@ -268,14 +268,14 @@ def finished(step: Look, proto: Protocol, members=None) -> str | None:
 
 def cells_to_train(step: Look, claims_by_key: dict[Key, Any]) -> list[dict[str, Any]]:
     """The selectors of the cells the next round trains: both sides of every undecided member it knows
-    (claims.Claim by key), each once; a decided claim's cells are not trained again."""
+    (claims.Claim by key), and the cells a side subtracts (`minus`), each once; a decided claim's cells are
+    not trained again."""
     out: list[dict[str, Any]] = []
     for key in step.undecided:
         claim = claims_by_key.get(key)
         if claim is None:
             continue
-        for side in (claim.a, claim.b):
-            sel = {k: v for k, v in side.items() if k != "metric"}
+        for sel in claim.selectors():
             if sel not in out:
                 out.append(sel)
     return out

@@ -17,7 +17,8 @@ unreadable run directories are listed apart, never fatal.
 
 The flow, a module each: discover.py (find the runs, what each reports) -> labels.py (what tells them
 apart, the sweep's axes) -> tables.py (tables, budgets, paired tests), select.py (--select lr) ->
-claims.py (what was declared) -> verdicts.py (the claims tested, look by look of protocol.py) -> this
+claims.py (what was declared) -> verdicts.py (the claims tested, look by look of protocol.py, each run's
+number read by metrics.py) -> this
 module (compute, the files, the command line). It only computes (a `Summary`); show/report.py,
 claims_table.py, plots.py, html_report.py and tensorboard.py show it.
 """

@@ -32,77 +32,37 @@ check (tables.plateaued: its validation accuracy still moving over the last epoc
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from normbench.summary import lr_sensitivity, stats
-from normbench.summary.claims import Claim, ClaimResult
+from normbench.summary.claims import MINUS, Claim, ClaimResult
+from normbench.summary import metrics
+from normbench.summary.metrics import matches
 from normbench.summary.types import Run, fmt_value
-
-
-def _number(v: Any) -> float | None:
-    if isinstance(v, bool):
-        return None
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def _matches(value: Any, want: Any) -> bool:
-    """Does a run's config value equal a selector's? Numbers numerically (YAML reads 1e-5 as a string)."""
-    if value == want:
-        return True
-    a, b = _number(value), _number(want)
-    if a is not None and b is not None:
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
-    return fmt_value(value) == fmt_value(want) or str(value) == str(want)
-
-
-def _metric(results: dict[str, Any], path: str) -> float | None:
-    """A number of results.json by its dotted path (test_acc_by_length.42), or the difference of two
-    ('test_acc_by_length.42 - test_acc_by_length.28': a run's own drop); None where one is missing."""
-    if " - " in path:
-        x, y = (_metric(results, part.strip()) for part in path.split(" - ", 1))
-        return None if x is None or y is None else x - y
-    node: Any = results
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    value = _number(node) if isinstance(node, (int, float)) else None
-    return value if value is not None and math.isfinite(value) else None  # NaN: missing, not a number to test
-
-
-def _accuracy(metric: str) -> bool:
-    """Is every term of the metric an accuracy (which has a chance level)?"""
-    return all("acc" in term for term in metric.split(" - "))
-
-
-def _value(run: Run, metric: str) -> float | None:
-    """The run's metric; a diverged run's at chance (x - y of two accuracies: chance - chance = 0)."""
-    if run.status == "diverged":
-        if not _accuracy(metric):
-            return None
-        return 0.0 if " - " in metric else lr_sensitivity.chance(run)
-    return _metric(run.results, metric)
 
 
 def _seed(run: Run) -> int:
     return int(run.config.get("seed", 0))
 
 
+def _picks(sel: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Does one selector (its own keys: not metric, not minus) pick this flattened config?"""
+    return all(matches(config.get(k), v) for k, v in sel.items() if k not in ("metric", MINUS))
+
+
 def selects(side: dict[str, Any], config: dict[str, Any]) -> bool:
-    """Does a claim side's selector pick a run (or a job) of this flattened config?"""
-    return all(_matches(config.get(k), v) for k, v in side.items() if k != "metric")
+    """Does a claim side pick a run (or a job) of this flattened config: its own selector, or the cell it
+    subtracts (`minus`), which a study must train as well?"""
+    return _picks(side, config) or (isinstance(side.get(MINUS), dict) and _picks(side[MINUS], config))
 
 
 def _matching(claim: Claim, side: dict[str, Any], runs: list[Run]) -> list[Run]:
-    """The runs a side's selector picks (its study's runs only, for a claim an experiment declared)."""
-    return [r for r in runs if r.config and not (claim.study and r.study != claim.study) and selects(side, r.config)]
+    """The runs one selector picks (its study's runs only, for a claim an experiment declared): a side's own
+    runs, not its minus's (give the minus selector for those)."""
+    return [r for r in runs if r.config and not (claim.study and r.study != claim.study) and _picks(side, r.config)]
 
 
 @dataclass
@@ -114,6 +74,29 @@ class _Side:
 
 
 def _side(claim: Claim, side: dict[str, Any], runs: list[Run], grid: list[Run]) -> _Side:
+    """seed -> the side's value at that seed: its one run's metric, less the `minus` run's at the same seed
+    where the side subtracts a cell (a seed where either gave no number leaves the side; the notes of both,
+    the minus's labelled so)."""
+    own = _cell(claim, side, runs, grid)
+    minus = claim.minus_of(side)
+    if minus is None:
+        return own
+    less = _cell(claim, minus, runs, grid)
+    notes = [own.note, less.note and f"minus: {less.note}"]
+    if AMBIGUOUS in own.note or AMBIGUOUS in less.note:
+        return _Side(note="; ".join(filter(None, notes)))
+    if not less.values:
+        notes.append("no runs match its minus")
+    elif own.values and (unmatched := sorted(set(own.values) ^ set(less.values))):
+        notes.append(f"seed{'s' * (len(unmatched) > 1)} {', '.join(map(str, unmatched))} without a run of both "
+                     f"the side and its minus, left out")
+    seeds = set(own.values) & set(less.values)
+    return _Side({s: own.values[s] - less.values[s] for s in sorted(seeds)}, "; ".join(filter(None, notes)),
+                 [r for r in own.read + less.read if _seed(r) in seeds],
+                 [r for r in own.at_chance + less.at_chance if _seed(r) in seeds])
+
+
+def _cell(claim: Claim, side: dict[str, Any], runs: list[Run], grid: list[Run]) -> _Side:
     """seed -> the metric of the one matching run at that seed, with a note for the seeds left out, the
     runs scored at chance and the seeds holding several runs. lr_sensitivity reads `grid` instead: every
     lr's run, not only the ones --select lr kept."""
@@ -149,7 +132,7 @@ def _side(claim: Claim, side: dict[str, Any], runs: list[Run], grid: list[Run]) 
             out.values = {}
             return out
         run = group[0]
-        v = _value(run, metric)
+        v = metrics.value(run, metric)
         if run.status == "diverged":
             if v is None:
                 notes.append(f"seed {seed} diverged ({run.path.name}), left out: {metric} has no chance level")
@@ -184,7 +167,7 @@ def cells_read(claim: Claim, runs: list[Run], labels: dict) -> set[tuple]:
     where its lr choices are read (protocol.widen)."""
     from normbench.summary.select import cell_key
 
-    return {cell_key(r, labels[r.path]) for side in (claim.a, claim.b) for r in _matching(claim, side, runs)
+    return {cell_key(r, labels[r.path]) for sel in claim.selectors() for r in _matching(claim, sel, runs)
             if r.path in labels}
 
 
@@ -267,8 +250,8 @@ def _seeds_text(seeds) -> str:
 def _not_run(claim: Claim, runs: list[Run], seeds) -> list[int]:
     """The seeds of `seeds` at which a side of the claim has no run at all (of any status) among `runs`: a
     look that reads them is not reached yet."""
-    return sorted({s for side in (claim.a, claim.b) for s in set(seeds) - {_seed(r) for r in
-                                                                         _matching(claim, side, runs)}})
+    return sorted({s for sel in claim.selectors() for s in set(seeds) - {_seed(r) for r in
+                                                                       _matching(claim, sel, runs)}})
 
 
 @dataclass

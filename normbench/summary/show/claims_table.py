@@ -15,7 +15,7 @@ import io
 import json
 
 from normbench.summary import stats
-from normbench.summary.claims import Claim, ClaimResult
+from normbench.summary.claims import MINUS, Claim, ClaimResult
 from normbench.summary.types import Summary, fmt_value
 
 LEVEL_TEXT = f"{stats.LEVEL:.0%}"
@@ -23,14 +23,20 @@ VERDICT_STYLE = {"held": "bold green", "refuted": "bold red", "inconclusive": "y
 
 
 def _side(c: Claim, sel: dict) -> str:
-    """'norm.name=gn batch_size=2 (test_acc)': a side's selector and the metric it reads."""
-    return " ".join(f"{k}={fmt_value(v)}" for k, v in sel.items() if k != "metric") + f" ({c.metric_of(sel)})"
+    """'norm.name=gn batch_size=2 (test_acc)': a side's selector and the metric it reads; a side that
+    subtracts a cell: '(norm.name=bn batch_size=2 (test_acc)) − (norm.name=bn batch_size=32 (test_acc))'."""
+    own = " ".join(f"{k}={fmt_value(v)}" for k, v in sel.items() if k not in ("metric", MINUS)) + \
+        f" ({c.metric_of(sel)})"
+    minus = c.minus_of(sel)
+    return own if minus is None else f"({own}) − ({_side(c, minus)})"
 
 
 def hypothesis(c: Claim) -> str:
-    """The claim's alternative, as 'a − b > 0', '|a − b| < 1' (in points for accuracies)."""
+    """The claim's alternative, as 'a − b > 0', '|a − b| < 1' (in points for accuracies); a side that
+    subtracts a cell is written (a − a′): '(a − a′) − (b − b′) < 0', a difference in differences."""
     m = f"{c.margin:g}"
-    return f"|a − b| < {m}" if c.expect == "equivalent" else f"a − b {'>' if c.expect == 'greater' else '<'} {m}"
+    diff = " − ".join(f"({x} − {x}′)" if MINUS in side else x for x, side in (("a", c.a), ("b", c.b)))
+    return f"|{diff}| < {m}" if c.expect == "equivalent" else f"{diff} {'>' if c.expect == 'greater' else '<'} {m}"
 
 
 def _num(r: ClaimResult, v: float | None, signed: bool = True) -> str:
