@@ -22,29 +22,20 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from normbench.norms.dyt import Squashing
 from normbench.norms.registry import NormSpec, register
 
 
-class DynamicErf(nn.Module):
+class DynamicErf(Squashing):
     def __init__(self, num_features: int, layout: str, *, alpha_init: float, shift_init: float, affine: bool):
-        super().__init__()
-        self.channel_dim = -1 if layout == "seq" else 1
-        self.alpha = nn.Parameter(torch.tensor(float(alpha_init)))
+        super().__init__(num_features, layout, alpha_init=alpha_init, affine=affine)
         self.shift = nn.Parameter(torch.tensor(float(shift_init)))
-        self.weight = nn.Parameter(torch.ones(num_features)) if affine else None
-        self.bias = nn.Parameter(torch.zeros(num_features)) if affine else None
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        y = torch.erf(self.alpha * x + self.shift)  # elementwise: a padded token changes nothing else (mask unused)
-        if self.weight is None:
-            return y
-        shape = [1] * x.dim()
-        shape[self.channel_dim] = -1
-        return torch.addcmul(self.bias.view(shape), y, self.weight.view(shape))
+    def squash(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.erf(self.alpha * x + self.shift)
 
     def extra_repr(self) -> str:
-        size = len(self.weight) if self.weight is not None else ""
-        return f"{size}, alpha={self.alpha.item():.3g}, shift={self.shift.item():.3g}"
+        return f"{super().extra_repr()}, shift={self.shift.item():.3g}"
 
 
 @register(NormSpec(

@@ -17,7 +17,11 @@ from torch import nn
 from normbench.norms.registry import NormSpec, register
 
 
-class DynamicTanh(nn.Module):
+class Squashing(nn.Module):
+    """A statistics-free norm: gamma * f(x) + beta, f a bounded function of each value alone (DyT's tanh,
+    Derf's erf: `squash`). Each value is transformed on its own, so a padded token changes nothing else
+    (the mask is unused). gamma and beta go over the channels (the last dim on `seq`, dim 1 otherwise)."""
+
     def __init__(self, num_features: int, layout: str, *, alpha_init: float, affine: bool):
         super().__init__()
         self.channel_dim = -1 if layout == "seq" else 1
@@ -25,8 +29,11 @@ class DynamicTanh(nn.Module):
         self.weight = nn.Parameter(torch.ones(num_features)) if affine else None
         self.bias = nn.Parameter(torch.zeros(num_features)) if affine else None
 
+    def squash(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        y = torch.tanh(self.alpha * x)  # elementwise: a padded token changes nothing else (mask unused)
+        y = self.squash(x)
         if self.weight is None:
             return y
         shape = [1] * x.dim()
@@ -35,6 +42,11 @@ class DynamicTanh(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{len(self.weight) if self.weight is not None else ''}, alpha={self.alpha.item():.3g}"
+
+
+class DynamicTanh(Squashing):
+    def squash(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.alpha * x)
 
 
 @register(NormSpec(

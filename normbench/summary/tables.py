@@ -73,6 +73,8 @@ def build_tables(runs: list[Run], labels: dict[Path, str], ref: str = "bn") -> l
             t.notes.append(plateau_note(list(flat[key].values())))
         if t.kind == VARLEN and t.metric == "test_acc":
             t.notes += varlen_notes(measured[key[:4]])
+        if t.metric == "test_acc":
+            t.notes += saturation_notes(runs, labels, t)
         compare(t, ref)
     return sorted(tables.values(), key=lambda t: (t.kind, t.study, t.data, MODEL_ORDER.index(t.model)
                                                   if t.model in MODEL_ORDER else 9, t.model, list(METRICS).index(t.metric)))
@@ -140,6 +142,38 @@ def varlen_notes(by_label: dict[str, list[dict]]) -> list[str]:
                      f"{_mean([s[where]['sd_ratio'] for s in shifts]):.2f}" for where in ("train", "test")]
             notes.append(f"{label}: padding moves its first BN's statistics from the real tokens': " + "; ".join(parts))
     return notes
+
+
+def saturation_notes(runs: list[Run], labels: dict[Path, str], t: Table) -> list[str]:
+    """DyT's and Derf's saturated share (results.json `saturation`, normbench/studies/saturation.py), per row
+    and column of the test-accuracy table `t` that holds such runs: the mean over its runs of the share of
+    all their DyT/Derf values, the least and most saturated layer's share (means over runs), and the mean
+    learned alpha over layers."""
+    cells: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for run in runs:
+        sat = run.results.get("saturation") if run.status == "completed" else None
+        if not isinstance(sat, dict) or not isinstance(sat.get("all"), (int, float)):
+            continue
+        if ((VARLEN if run.varlen else "batch"), run.table_study, str(run.config.get("data.name")),
+                str(run.config.get("model.name"))) != (t.kind, t.study, t.data, t.model):
+            continue
+        col = "" if run.varlen else f" at {run.config.get('batch_size')}"
+        cells[labels[run.path], col].append(sat)
+    if not cells:
+        return []
+    level = _mean([s.get("threshold") for sats in cells.values() for s in sats])
+    parts = []
+    for (label, col), sats in sorted(cells.items(), key=lambda kv: (row_key(kv[0][0], t.ref or ""), kv[0][1])):
+        names = sorted({n for s in sats for n in (s.get("layers") or {})})
+        layer = [_mean([(s.get("layers") or {}).get(n) for s in sats]) for n in names]
+        layer = [v for v in layer if v is not None]
+        alpha = _mean([_mean(list((s.get("alpha") or {}).values())) for s in sats])
+        parts.append(f"{label}{col} {100 * _mean([s['all'] for s in sats]):.1f}%"
+                     + (f" (layers {100 * min(layer):.1f}-{100 * max(layer):.1f}%)" if layer else "")
+                     + (f", alpha {alpha:.2f}" if alpha is not None else "") + f" (n={len(sats)})")
+    past = f"|f| > {level:.3f}" if level is not None else "their recorded level"
+    return [f"saturation: DyT/Derf values on the test set past {past} (|alpha x| > 2 for DyT at 0.964), "
+            f"share of all their values, mean over runs: " + "; ".join(parts)]
 
 
 def _paired(a: Entry, b: Entry) -> stats.Paired:
