@@ -56,12 +56,13 @@ def separate(cfg: Config, splits):
     return tracker.losses, model, fitted
 
 
-def packed(cfg: Config, splits):
-    """The same members as one pack, as runner.run trains them (loop.train over a PackedModel)."""
+def packed(cfg: Config, splits: data.MemberSplits):
+    """The same members as one pack, as runner.run trains them (loop.train over a PackedModel), each on
+    its own splits."""
     pack = pack_members(cfg)
     device, make = runner.setup(pack[0][1])
     results = [{} for _ in pack]
-    models = [runner.build_model(m, make, splits, device, r) for (_, m), r in zip(pack, results)]
+    models = [runner.build_model(m, make, s, device, r) for (_, m), s, r in zip(pack, splits.each, results)]
     trackers = [Losses() for _ in pack]
     packed_model = PackedModel(models)
     fitted = train(packed_model, splits, [replace(m, lr=r["lr_effective"]) for (_, m), r in zip(pack, results)],
@@ -72,11 +73,14 @@ def packed(cfg: Config, splits):
 
 
 def assert_members_equal_separate_runs(cfg: Config):
+    """Each member's losses, validation and final state against its run alone, each on its own split
+    (data.split=per_seed: its seed's; fixed: one for all)."""
     with torch_dtype(torch.float64):
-        splits = data.load(cfg.data, torch.device("cpu"))
+        splits = data.MemberSplits.of([data.load(m.data, torch.device("cpu"), seed=m.seed)
+                                       for _, m in pack_members(cfg)])
         got, member_cfgs = packed(cfg, splits)
-        for (losses, model, fitted), member in zip(got, member_cfgs):
-            want_losses, want_model, want_fit = separate(member, splits)
+        for (losses, model, fitted), member, own in zip(got, member_cfgs, splits.each):
+            want_losses, want_model, want_fit = separate(member, own)
             assert fitted.status == want_fit.status and fitted.diverged_step == want_fit.diverged_step
             assert len(losses) == len(want_losses) > 0
             # (relative too: a diverging member's last losses are astronomically large)
@@ -202,6 +206,46 @@ def test_transformer_packs_variable_lengths_as_separate_runs(norm, opts, tiny_ro
     assert_members_equal_separate_runs(cfg)
 
 
+PER_SEED = {  # each member on its own seed's split: one computation (pack.plan.decide), not one per seed
+    "mlp-bn": ("mlp", "bn", {}),
+    "cnn-gn": ("cnn", "gn", {}),
+    "cnn-bn-augmented": ("cnn", "bn", {"data": None}),
+    "rnn-ln-lrs": ("rnn", "ln", {"pack": PackConfig(seeds=[0, 1], lrs=[1e-3, 3e-3])}),
+    "transformer-ln": ("transformer", "ln", {"model_opts": {"placement": "pre"}}),
+    "rnn-varlen-naive-bn": ("rnn", "bn", {"norm_opts": {"masked": False}, "batch_size": 16,
+                                          "varlen": VarLenConfig(enabled=True, min_len=6)}),
+    # the shipped designs (configs/varlen_design): bucketed lengths; padding to a drawn factor, background
+    "rnn-varlen-length-recurrent-bn": ("rnn", "bn", {"model_opts": {"placement": "recurrent"}, "batch_size": 16,
+                                                     "varlen": VarLenConfig(enabled=True, min_len=6, design="length",
+                                                                            batching="bucketed", min_step_samples=4)}),
+    "transformer-varlen-padding-bn": ("transformer", "bn", {"norm_opts": {"masked": False}, "batch_size": 16,
+                                                           "varlen": VarLenConfig(enabled=True, min_len=6,
+                                                                                  design="padding", train_pad_max=2.0,
+                                                                                  pad_value="background")}),
+}
+
+
+def per_seed(cfg: Config) -> Config:
+    cfg.data.subset, cfg.data.split = 300, "per_seed"
+    return cfg
+
+
+@pytest.mark.parametrize("name", list(PER_SEED))
+def test_members_on_their_own_splits_train_as_one_computation_as_separate_runs(name, tiny_root, tmp_path):
+    """Reference: each member alone on its own seed's split (data.split=per_seed: its own validation split,
+    subset and normalization). The pack trains them all as one computation (one group), each member drawing
+    its batches from its own split."""
+    from normbench.pack.plan import decide
+
+    model, norm, kw = PER_SEED[name]
+    augment = kw.get("data", "no") is None
+    kw = {"pack": PackConfig(seeds=[0, 1]), **{k: v for k, v in kw.items() if k != "data"}}
+    cfg = per_seed(config(tiny_root, model, norm, **kw))
+    cfg.data.augment = augment
+    assert len(decide(replace(cfg, pack=replace(cfg.pack, mode="packed")), tmp_path, "cpu").groups) == 1
+    assert_members_equal_separate_runs(cfg)
+
+
 @pytest.mark.parametrize("optimizer,lrs,extra", [("sgd", [0.01, 0.05], {"weight_decay": 1e-3}),
                                                  ("adam", [1e-3, 3e-3], {"weight_decay": 1e-2}),
                                                  ("adam", [1e-3, 3e-3], {"lr_scaling": "linear"})])
@@ -301,18 +345,32 @@ EVALUATED = {
                                           "varlen": VarLenConfig(enabled=True, min_len=6, test_lengths=[6, 28, 36])}),
     "rnn-varlen-recurrent-bn": ("rnn", "bn", {"model_opts": {"placement": "recurrent"}, "batch_size": 16,
                                               "varlen": VarLenConfig(enabled=True, min_len=6, test_lengths=[6, 36])}),
+    # data.split=per_seed: every pass on each member's own split (its normalization, its background value)
+    "per-seed-cnn-bn": ("cnn", "bn", {"split": "per_seed"}),
+    "per-seed-varlen-length": ("rnn", "bn", {"model_opts": {"placement": "recurrent"}, "batch_size": 16,
+                                             "split": "per_seed",
+                                             "varlen": VarLenConfig(enabled=True, min_len=6, test_lengths=[6, 36],
+                                                                    design="length", batching="bucketed",
+                                                                    min_step_samples=4)}),
+    "per-seed-varlen-padding": ("rnn", "bn", {"norm_opts": {"masked": False}, "batch_size": 16, "split": "per_seed",
+                                              "varlen": VarLenConfig(enabled=True, min_len=6, test_lengths=[6, 36],
+                                                                     design="padding", train_pad_max=2.0,
+                                                                     heavy_pad=3.0, pad_value="background")}),
 }
 
 
-@pytest.mark.parametrize("name", list(EVALUATED))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "per-seed-varlen-length" else n
+                                  for n in EVALUATED])  # (over 200 s here: the full suite runs it)
 def test_packed_results_json_equals_separate_runs(name, tiny_root, tmp_path):
     """Reference: runner.run of each member alone. The pack evaluates all members at once (test set, batch
     statistics, PreciseBN on each member's own batches, the variable-length suite); every number in each
     member's results.json must match its run's: accuracies exactly, losses to 1e-8."""
     model, norm, kw = EVALUATED[name]
-    cfg = config(tiny_root, model, norm, pack=PackConfig(seeds=[0, 1], mode="packed"), **kw)
+    split = kw.get("split", "fixed")
+    cfg = config(tiny_root, model, norm, pack=PackConfig(seeds=[0, 1], mode="packed"),
+                 **{k: v for k, v in kw.items() if k != "split"})
     cfg.max_steps, cfg.epochs, cfg.log_every = None, 2, 10
-    cfg.data.subset = 160
+    cfg.data.subset, cfg.data.split = 160, split
     with torch_dtype(torch.float64):
         runner.run(cfg, tmp_path / "pack")
         for seed in (0, 1):
@@ -379,26 +437,25 @@ def test_a_pack_scores_every_member_as_the_member_alone(model, norm, tiny_root):
         assert calls
 
 
-def test_a_per_seed_pack_trains_each_seeds_members_on_that_seeds_split_as_plain_runs(tiny_root, tmp_path):
+def test_a_per_seed_pack_trains_as_one_computation_with_one_checkpoint(tiny_root, tmp_path):
     """Reference: runner.run of each member alone (`pack.seeds=null seed=s lr=x`). With data.split=per_seed
-    each seed has its own validation split and subset, and a packed model trains on one split: the members
-    of each seed train packed together (their lrs), one seed after another, each group checkpointed in its
-    first member's directory. Every number in each member's results.json must match its run's."""
-    from normbench.pack.plan import decide, groups
+    each seed has its own validation split and subset; the pack still trains every member (2 seeds x 2 lrs)
+    as one computation, checkpointed once in its run directory, each member on its own seed's split. Every
+    number in each member's results.json must match its run's. `pack.mode=auto` counts every member."""
+    from normbench.pack.plan import decide, packs_faster
 
     cfg = config(tiny_root, "mlp", "bn", pack=PackConfig(seeds=[0, 1], lrs=[1e-3, 3e-3], mode="packed"))
     cfg.max_steps, cfg.log_every = 5, 5
     cfg.data.subset, cfg.data.split = 200, "per_seed"
-    assert [ks for _, ks in groups(cfg)] == [[0, 2], [1, 3]]  # members lrs outer, seeds inner
-    assert [g.pack.seeds for g, _ in groups(cfg)] == [[0], [1]]
-    assert [ks for _, ks in groups(replace(cfg, data=replace(cfg.data, split="fixed")))] == [[0, 1, 2, 3]]
-    # one member per seed: nothing to pack, so auto runs them one after another
-    assert decide(replace(cfg, pack=PackConfig(seeds=[0, 1, 2])), tmp_path, "cpu").mode == "sequential"
+    (group,) = decide(cfg, tmp_path, "cpu").groups
+    assert group.members == [0, 1, 2, 3] and group.checkpoint_dir == tmp_path and group.packs.size == 4
+    # one member per seed is a pack of its seeds now: auto packs it where the limits allow its size
+    auto = replace(cfg, pack=PackConfig(seeds=[0, 1, 2]))
+    assert decide(auto, tmp_path, "cpu").mode == "packed" and packs_faster(auto)
     with torch_dtype(torch.float64):
         summary = runner.run(cfg, tmp_path / "pack")
         assert summary["status"] == "completed" and len(summary["members"]) == 4
-        assert sorted(p.parent.name for p in (tmp_path / "pack").glob("*/checkpoint.pt")) == \
-            ["lr=0.001,seed=0", "lr=0.001,seed=1"] and not (tmp_path / "pack" / "checkpoint.pt").exists()
+        assert (tmp_path / "pack" / "checkpoint.pt").exists() and not list((tmp_path / "pack").glob("*/checkpoint.pt"))
         accs = set()
         for lr in (1e-3, 3e-3):
             for seed in (0, 1):

@@ -253,6 +253,28 @@ def test_a_checkpoint_of_other_layers_is_one_line(tiny_cfg, tmp_path):
     assert "other layers" in json.loads((tmp_path / "results.json").read_text())["error"]
 
 
+def test_a_pack_checkpointed_one_seed_at_a_time_is_refused_in_one_line(tiny_cfg, tmp_path):
+    """Reference: the pack's own run, its checkpoint moved where an older normbench kept a data.split=per_seed
+    pack's (one computation per seed, checkpointed in each seed's first member's directory). This normbench
+    trains every member as one computation: resume refuses that layout in one line, before it writes
+    anything; a finished pack resumes to nothing whatever its layout."""
+    from dataclasses import replace
+
+    from normbench.config import PackConfig
+
+    cfg = replace(tiny_cfg, pack=PackConfig(seeds=[0, 1], mode="packed"), max_steps=3)
+    cfg.data.split = "per_seed"
+    runner.run(cfg, tmp_path, tracker=NullTracker())
+    (tmp_path / guards.CHECKPOINT).rename(tmp_path / "seed=1" / guards.CHECKPOINT)
+    assert runner.run(replace(cfg, resume=True), tmp_path)["status"] == "completed"  # finished: nothing to do
+    results = json.loads((tmp_path / "seed=0" / "results.json").read_text())
+    (tmp_path / "seed=0" / "results.json").write_text(json.dumps({**results, "status": "failed"}))  # cut short
+    with pytest.raises(UserError, match="older pack layout") as e:
+        runner.run(replace(cfg, resume=True), tmp_path)
+    assert len(str(e.value).splitlines()) == 1
+    assert json.loads((tmp_path / "seed=0" / "results.json").read_text())["status"] == "failed"
+
+
 @pytest.mark.slow  # over 5 s here: the fast loop (plain `pytest`) leaves it to the full suite
 def test_sweep_rerun_with_resume_keeps_finished_runs(tiny_root, tmp_path):
     """Reference: the first sweep's files. A preempted sweep is re-run with resume=true: finished runs

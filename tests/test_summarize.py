@@ -423,9 +423,10 @@ def test_plateau_criterion_by_hand():
 
 @pytest.mark.parametrize("split, computations", [("per_seed", 2), ("fixed", 1)])
 def test_costs_count_each_seed_group_of_a_pack(tmp_path, split, computations):
-    """Reference: pack.plan.groups: a pack of 2 lrs x 2 seeds trains as one computation with one shared
-    split (data.split=fixed), as one per seed with data.split=per_seed; each member records its
-    computation's seconds, so the study's seconds are those of each computation once."""
+    """Reference: a pack recorded before members with their own data trained together (no `computations` in
+    its record): 2 lrs x 2 seeds trained as one computation with one shared split (data.split=fixed), as one
+    per seed with data.split=per_seed; each member records its computation's seconds, so the study's
+    seconds are those of each computation once."""
     from normbench.summary.discover import costs, find_runs
 
     seconds = {0: 10.0, 1: 30.0}  # each seed group's wall time
@@ -438,6 +439,22 @@ def test_costs_count_each_seed_group_of_a_pack(tmp_path, split, computations):
     (study,) = costs(find_runs(tmp_path)).values()
     assert study["runs"] == 4 and study["computations"] == computations
     assert study["wall_s"] == 40.0 and study["train_s"] == 20.0 and study["other_s"] == 10.0
+
+
+@pytest.mark.parametrize("split", ["fixed", "per_seed"])
+def test_costs_count_a_pack_that_records_one_computation_once(tmp_path, split):
+    """Reference: runner.run records `computations` (pack.plan: 1 when packed, members on their own data
+    included): 2 lrs x 2 seeds sharing one 40 s computation count once, whatever the split."""
+    from normbench.summary.discover import costs, find_runs
+
+    for lr in (0.1, 0.2):
+        for seed in (0, 1):
+            write_run(tmp_path, f"lr={lr},seed={seed}", seed=seed, config={"data.split": split, "lr": lr},
+                      test_acc=0.8, wall_s=40.0, train_s=20.0, eval_s=10.0,
+                      packed={"dir": str(tmp_path), "members": 4, "mode": "packed", "computations": 1,
+                              "name": f"lr={lr},seed={seed}"})
+    (study,) = costs(find_runs(tmp_path)).values()
+    assert study["runs"] == 4 and study["computations"] == 1 and study["wall_s"] == 40.0
 
 
 def test_costs_floor_a_resumed_runs_wall_at_its_training_and_evaluation(tmp_path):

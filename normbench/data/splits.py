@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -48,7 +48,8 @@ def names() -> list[str]:
     return list(_REGISTRY)
 
 
-_CACHE: dict[tuple, Splits] = {}  # the last splits loaded in this process (a sweep's runs share them)
+# the last data config's decoded files and its splits, one per split seed (a pack's members, a sweep's runs)
+_CACHE: dict[tuple, Any] = {}
 
 
 def _fingerprint(root: str) -> tuple:
@@ -67,24 +68,33 @@ def load(cfg: DataConfig, device: torch.device, seed: int = 0) -> Splits:
     `seed` is the run's seed. The validation split and `cfg.subset` are drawn from a generator seeded by
     `split_seed(cfg, seed)`: 0 for every run with `data.split=fixed`, the run's seed with `per_seed`;
     either way runs that differ only in norm, batch size or lr see the same split. Mean/std come from the
-    training split alone. The splits of the last call are kept: the runs of a sweep in one process
-    (Hydra's basic launcher) decode and normalize the files once (with `fixed`, whatever their seeds).
-    They are never written to (batches are copies), so sharing is safe.
+    training split alone. The last data config's decoded files and splits are kept, one split per split
+    seed: a pack's members (each seed its own with `per_seed`) and the runs of a sweep in one process
+    (Hydra's basic launcher) decode the files once and normalize once per seed (with `fixed`, once). They
+    are never written to (batches are copies), so sharing is safe.
     """
     seed = split_seed(cfg, seed)  # the cache keys on the seed the split is drawn from
-    key = (repr(replace(cfg, root=data_root(cfg), download=False)), str(device), seed, torch.get_default_dtype(),
-           _fingerprint(data_root(cfg)))
-    if key not in _CACHE:
+    same_data = (repr(replace(cfg, root=data_root(cfg), download=False)), str(device), torch.get_default_dtype(),
+                 _fingerprint(data_root(cfg)))
+    if any(k[0] != same_data for k in _CACHE):
         _CACHE.clear()
-        _CACHE[key] = _load(cfg, device, seed)
+    key = (same_data, seed)
+    if key not in _CACHE:
+        if (same_data, "files") not in _CACHE:
+            _CACHE[(same_data, "files")] = _decode(cfg)
+        _CACHE[key] = _split(cfg, device, seed, *_CACHE[(same_data, "files")])
     return _CACHE[key]
 
 
-def _load(cfg: DataConfig, device: torch.device, seed: int) -> Splits:
+def _decode(cfg: DataConfig) -> tuple[torch.Tensor, ...]:
+    """The dataset's files as uint8 (train_x, train_y, test_x, test_y) on the CPU."""
     if cfg.name not in _REGISTRY:
         raise UserError(f"unknown dataset {cfg.name!r}", f"choose one of: {', '.join(names())}")
-    cfg = replace(cfg, root=data_root(cfg))  # the loaders see a real path, never null
-    train_x, train_y, test_x, test_y = _REGISTRY[cfg.name](cfg)
+    return _REGISTRY[cfg.name](replace(cfg, root=data_root(cfg)))  # the loaders see a real path, never null
+
+
+def _split(cfg: DataConfig, device: torch.device, seed: int, train_x: torch.Tensor, train_y: torch.Tensor,
+           test_x: torch.Tensor, test_y: torch.Tensor) -> Splits:
     n = len(train_x)
     if not 0 <= cfg.val_size < n:
         raise UserError(f"data.val_size={cfg.val_size} must be in [0, {n})", "lower data.val_size")

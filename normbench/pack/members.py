@@ -1,8 +1,8 @@
 """The member axis: what the engine, the evaluations and PreciseBN need of a model that trains S members
 as one computation (normbench.pack.PackedModel is the one implementation).
 
-    if isinstance(model, Members):            # a pack: inputs (S, N, ...), logits (S, N, classes)
-        for x, y, lengths in model.member_batches(batch_fn, x, y, batch_size, generators): ...
+    batches = joined(model, [batch_fn(s.train_x, ..., generator=g) for s, g in zip(splits.each, gens)])
+    batches = each_member(model, splits, lambda s: data.batches(s.test_x, s.test_y, 1000))
 
 A plain model is one member and needs none of this: the engine trains it on its batches as they come.
 Declared here, away from the packed layers, so the core tests a type rather than probing attributes.
@@ -10,10 +10,13 @@ Declared here, away from the packed layers, so the core tests a type rather than
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
+
+from normbench.data.members import MemberSplits
+from normbench.data.splits import Splits
 
 Batch = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]  # (x, y, lengths)
 
@@ -26,9 +29,8 @@ class Members(nn.Module):
     size: int
     seeds: list[int] | None
 
-    def member_batches(self, batch_fn: Callable, x: torch.Tensor, y: torch.Tensor, batch_size: int,
-                       generators: list[torch.Generator], **kw) -> Iterator[Batch]:
-        """Every member's own batches (`batch_fn` with member k's generator), stacked: (S, N, ...)."""
+    def member_batches(self, streams: list[Iterable[Batch]]) -> Iterator[Batch]:
+        """Member k's batches from `streams[k]`, stacked: (S, N, ...)."""
         raise NotImplementedError
 
     def packs(self, batch_size: int) -> bool:
@@ -48,3 +50,24 @@ class Members(nn.Module):
         """Each member's first weight matrix (its first parameter with 2+ dimensions) and that weight's
         gradient, as views into the pack's parameters."""
         raise NotImplementedError
+
+
+def member_splits(model: nn.Module, splits: Splits | MemberSplits) -> MemberSplits:
+    """`splits` as each member's: one `Splits` is every member's."""
+    return MemberSplits.of(splits, model.size if isinstance(model, Members) else 1)
+
+
+def joined(model: nn.Module, streams: list[Iterable[Batch]]) -> Iterable[Batch]:
+    """Each member's own stream of batches as the model takes them: a pack's stacked, a plain model's as is."""
+    return model.member_batches(streams) if isinstance(model, Members) else streams[0]
+
+
+def each_member(model: nn.Module, splits: Splits | MemberSplits,
+                make: Callable[[Splits], Iterable[Batch]]) -> Iterable[Batch]:
+    """One pass over each member's data, `make(a member's splits)` giving its batches: where the members
+    share their splits, the batches once (a pack scores every member on them); where each has its own,
+    each member's, stacked."""
+    splits = member_splits(model, splits)
+    if splits.shared is not None:
+        return make(splits.shared)
+    return joined(model, [make(s) for s in splits.each])

@@ -125,10 +125,8 @@ class PackedModel(Members):
 
         return first(self.net)
 
-    def member_batches(self, batch_fn, x, y, batch_size, generators, drop_last=True, **kw):
+    def member_batches(self, streams):
         """While a batch is out, the pack's per-member layers know each member's padded length."""
-        streams = [batch_fn(x, y, batch_size, shuffle=True, generator=g, drop_last=drop_last, **kw)
-                   for g in generators]
         try:
             for parts in zip(*streams):
                 xs, ys, lengths, padded = stack_batches(parts)

@@ -3,8 +3,10 @@
     the_plan = decide(cfg, run_dir, "cpu")  # members, groups, mode and packing rule: decided once, handed down
     validate_pack(cfg)                      # UserError (one line) for each way a pack is asked for wrongly
     members(cfg)                            # [("lr=0.001,seed=3", member config), ...]: lrs outer, seeds inner
-    groups(cfg)                             # [(group config, [member index, ...]), ...]: trained as one each
     packs_faster(cfg, "cpu")                # would pack.mode=auto pack it on this kind of device?
+
+A packed pack is one computation whatever its members' data: with data.split=per_seed each member trains and
+is evaluated on its own seed's split (data.MemberSplits), in the one model.
 
 Each member is the single run it stands for: its own seed and lr, `pack` unset. This module imports only
 the config (the device comes in as its type), so the runner plans a pack before it builds anything.
@@ -18,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from normbench.config import Config, PackConfig, PackMode, split_seed
+from normbench.config import Config, PackConfig, PackMode
 from normbench.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -63,22 +65,6 @@ def members(cfg: Config) -> list[tuple[str, Config]]:
     return out
 
 
-def groups(cfg: Config, pack: list[tuple[str, Config]] | None = None) -> list[tuple[Config, list[int]]]:
-    """The members (indices into `members(cfg)`, or `pack` when already listed) that train as one
-    computation, with the pack config that stands for each group. A packed model trains on one shared
-    split, so members train together only where their data is the same: all of them with
-    `data.split=fixed`; with `per_seed` (each seed its own validation split and subset) the members of each
-    seed, one seed after another, each group a pack of its own with `pack.seeds=[seed]` (its lrs, or one
-    member)."""
-    pack = pack if pack is not None else members(cfg)
-    by_split: dict[int, list[int]] = {}
-    for k, (_, m) in enumerate(pack):
-        by_split.setdefault(split_seed(m.data, m.seed), []).append(k)
-    if len(by_split) == 1:
-        return [(cfg, list(range(len(pack))))]
-    return [(replace(cfg, pack=replace(cfg.pack, seeds=[pack[ks[0]][1].seed])), ks) for ks in by_split.values()]
-
-
 def member_values(values: Any, k: int) -> Any:
     """Member k's entries of a pack's evaluation results (lists, one entry per member, in nested dicts)."""
     if isinstance(values, dict):
@@ -119,8 +105,7 @@ def packs_faster(cfg: Config, device_type: str = "cpu") -> bool:
     none were measured (a GPU without a checked-in table, MPS), every pack of two or more members trains
     packed, since there one small kernel per member leaves most of the device idle, which packing exists
     to fill."""
-    size = max(len(ks) for _, ks in groups(cfg))  # with data.split=per_seed, the members of one seed
-    return _rule(pack_limits(device_type), cfg.model.name, size).faster(cfg.batch_size)
+    return _rule(pack_limits(device_type), cfg.model.name, len(members(cfg))).faster(cfg.batch_size)
 
 
 @dataclass(frozen=True)
@@ -129,7 +114,7 @@ class PackRule:
     limits of this model on this kind of device, looked up once (None: nothing measured, always pack)."""
     max_batch: int | None
     max_samples: int | None
-    size: int  # the group's members
+    size: int  # the members trained as one
 
     def __call__(self, batch: int) -> bool:
         if self.max_batch is None:
@@ -154,7 +139,8 @@ class Group:
 @dataclass(frozen=True)
 class Plan:
     """A pack, decided once before anything is built: its members (name, config), the groups they train in
-    (one after another), and the mode. The runner hands it down; nothing below asks the planner again."""
+    (one after another: packed, one group of every member; sequential, one a member), and the mode. The
+    runner hands it down; nothing below asks the planner again."""
     members: list[tuple[str, Config]]
     groups: list[Group]
     mode: PackMode
@@ -168,25 +154,22 @@ def _rule(limits: dict[str, tuple[int, int | None]] | None, model: str, size: in
 
 
 def decide(cfg: Config, run_dir: Path, device_type: str, recorded: PackMode | None = None) -> Plan:
-    """The pack's plan on this kind of device, its members, groups and limits each found once. `recorded`:
-    the mode a pack being resumed was trained in (its checkpoints are where that mode put them). Packed:
-    each group of members sharing their data (`groups`) is one computation, its checkpoint in the run
-    directory (one group) or its first member's; sequential: each member its own one-member run,
-    checkpointed in its own directory. `pack.mode=auto` packs where the largest group `packs_faster`."""
+    """The pack's plan on this kind of device, its members and limits each found once. `recorded`: the mode
+    a pack being resumed was trained in (its checkpoints are where that mode put them). Packed: every
+    member in one computation (each on its own data), its checkpoint in the run directory; sequential:
+    each member its own one-member run, checkpointed in its own directory. `pack.mode=auto` packs where
+    the members `packs_faster`."""
     pack = members(cfg)
-    found = groups(cfg, pack)
     limits = pack_limits(device_type)
-    rules = [_rule(limits, cfg.model.name, len(ks)) for _, ks in found]
-    largest = max(rules, key=lambda r: r.size)
+    rule = _rule(limits, cfg.model.name, len(pack))
     mode = recorded or cfg.pack.mode
     if mode == PackMode.auto:
-        if limits is None and largest.size > 1:
-            log.info("pack.mode=auto on %s packs %s together (no packing limits were measured on this kind of "
-                     "device: scripts/gpu_check.sh writes CUDA's; set pack.mode=sequential to train members one "
-                     "after another)", device_type, "every member" if len(found) == 1 else "each seed's members")
-        mode = PackMode.packed if largest.faster(cfg.batch_size) else PackMode.sequential
+        if limits is None and rule.size > 1:
+            log.info("pack.mode=auto on %s packs every member together (no packing limits were measured on this "
+                     "kind of device: scripts/gpu_check.sh writes CUDA's; set pack.mode=sequential to train "
+                     "members one after another)", device_type)
+        mode = PackMode.packed if rule.faster(cfg.batch_size) else PackMode.sequential
     if mode == PackMode.sequential:
         return Plan(pack, [Group(m, [k], run_dir / name, PackRule(None, None, 1))
                            for k, (name, m) in enumerate(pack)], mode)
-    return Plan(pack, [Group(group_cfg, ks, run_dir if len(found) == 1 else run_dir / pack[ks[0]][0], rule)
-                       for (group_cfg, ks), rule in zip(found, rules)], mode)
+    return Plan(pack, [Group(cfg, list(range(len(pack))), run_dir, rule)], mode)

@@ -29,9 +29,10 @@ from torch import nn
 
 from normbench import data, norms
 from normbench.config import Config
-from normbench.data import augment
-from normbench.pack.members import Members
+from normbench.data import MemberSplits, augment
+from normbench.pack.members import Members, each_member, joined, member_splits
 from normbench.studies import precise_bn
+from normbench.studies import saturation
 from normbench.train.evaluate import PassClock, evaluate
 from normbench.train.norm_modes import can_split_statistics, split_statistics
 
@@ -52,33 +53,49 @@ def _large(cfg: Config) -> int:
     return max(cfg.batch_size, cfg.eval_batch_size // cfg.batch_size * cfg.batch_size)
 
 
-def train_mode_acc(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: Config) -> float:
-    """Accuracy with batch statistics over whole batches of the training batch size. Where every norm can
-    split its statistics into groups (`norm_modes.split_statistics`), the passes go over large batches, each
-    group of batch_size samples normalized on its own: the same numbers, and at batch 2 thousands of
-    kernel calls fewer."""
+def on_test(s: data.Splits) -> tuple[torch.Tensor, torch.Tensor]:
+    """A member's test set (the images normalized by its own training split)."""
+    return s.test_x, s.test_y
+
+
+def on_train(n: int):
+    """A member's first `n` training images (the training-set accuracies')."""
+    return lambda s: (s.train_x[:n], s.train_y[:n])
+
+
+def train_mode_acc(model: nn.Module, splits: data.Splits | MemberSplits, part,
+                   cfg: Config) -> float | list[float]:
+    """Accuracy with batch statistics over whole batches of the training batch size, on each member's
+    `part(splits)` (`on_test`, `on_train`). Where every norm can split its statistics into groups
+    (`norm_modes.split_statistics`), the passes go over large batches, each group of batch_size samples
+    normalized on its own: the same numbers, and at batch 2 thousands of kernel calls fewer."""
     bs = cfg.batch_size
     if not can_split_statistics(model):
-        return evaluate(model, data.batches(x, y, bs, drop_last=True), batch_stats=True).acc
-    n = len(x) // bs * bs
-    return evaluate(model, data.batches(x[:n], y[:n], _large(cfg)), batch_stats=True, stats_per=bs).acc
+        return evaluate(model, each_member(model, splits, lambda s: data.batches(*part(s), bs, drop_last=True)),
+                        batch_stats=True).acc
+
+    def whole_batches(s: data.Splits):
+        x, y = part(s)
+        n = len(x) // bs * bs
+        return data.batches(x[:n], y[:n], _large(cfg))
+
+    return evaluate(model, each_member(model, splits, whole_batches), batch_stats=True, stats_per=bs).acc
 
 
-def precise_batches(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn, drop_last: bool = True):
-    """PreciseBN's training batches, drawn as the run's own seed draws them; a pack's members each their own."""
-    def generator(seed: int) -> torch.Generator:
-        return torch.Generator(device=splits.train_x.device).manual_seed(seed)
+def precise_batches(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Config, batch_fn,
+                    drop_last: bool = True):
+    """PreciseBN's training batches, drawn from the run's training split as its own seed draws them; a
+    pack's members each their own, from their own splits."""
+    splits = member_splits(model, splits)
+    if isinstance(model, Members) and model.seeds is None:
+        raise ValueError("PreciseBN draws each member's batches by its seed: build the pack with seeds")
+    seeds = model.seeds if isinstance(model, Members) else [cfg.seed]
+    return joined(model, [batch_fn(s.train_x, s.train_y, cfg.batch_size, shuffle=True, drop_last=drop_last,
+                                   generator=torch.Generator(device=s.train_x.device).manual_seed(seed))
+                          for s, seed in zip(splits.each, seeds)])
 
-    if isinstance(model, Members):
-        if model.seeds is None:
-            raise ValueError("PreciseBN draws each member's batches by its seed: build the pack with seeds")
-        return model.member_batches(batch_fn, splits.train_x, splits.train_y, cfg.batch_size,
-                                    [generator(s) for s in model.seeds], drop_last=drop_last)
-    return batch_fn(splits.train_x, splits.train_y, cfg.batch_size, shuffle=True, generator=generator(cfg.seed),
-                    drop_last=drop_last)
 
-
-def recompute(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn, steps: int | None = None,
+def recompute(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Config, batch_fn, steps: int | None = None,
               splittable: bool = True) -> precise_bn.Recomputed:
     """PreciseBN on `model`, in place: population statistics over PRECISE_SAMPLES training images in the
     run's training batches (`precise_batches`, of `batch_fn`). Where every norm can split its statistics
@@ -112,44 +129,62 @@ def prefix_acc(correct: torch.Tensor, n: int) -> float | list[float]:
 BY_CONSTRUCTION = "equal by construction: no norm depends on the batch, so batch statistics are the running ones"
 
 
-def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, batch_fn=data.batches,
+def evaluations(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Config, batch_fn=data.batches,
                 clock: PassClock | None = None) -> dict[str, Any]:
-    """The test pass and the suite above. Batch statistics are taken at the training batch size (what the
+    """The test pass and the suite above, each member of a pack on its own splits (`MemberSplits`; one
+    `Splits` is every member's). Batch statistics are taken at the training batch size (what the
     norm saw in training), on the test set cut to a multiple of it; `batch_fn` makes the training batches
     that PreciseBN averages over (the study's, not augmented); `clock` times each pass by its result's name.
     A model whose norms do not depend on the batch (`batch_free`) gets its batch-statistics numbers from
     the eval-mode passes over the same samples instead of passes of their own; `eval_derived` says which."""
     clock = clock or PassClock()
-    x, y, bs = splits.test_x, splits.test_y, cfg.batch_size
+    splits = member_splits(model, splits)
+    n_test, bs, ebs = len(splits.first.test_x), cfg.batch_size, cfg.eval_batch_size
     out: dict[str, Any] = {}
+    def test_batches(s: data.Splits):
+        return data.batches(*on_test(s), ebs)
+
     with clock("test"):
-        scores = evaluate(model, data.batches(x, y, cfg.eval_batch_size), per_sample=True)
+        scores = evaluate(model, each_member(model, splits, test_batches), per_sample=True)
         out["test_loss"], out["test_acc"], correct = scores.loss, scores.acc, scores.correct
-    if bs > len(x):
+    if bs > n_test:
         return {**out, "test_acc_train_mode": None, "test_acc_precise_bn": None}
     free = batch_free(model)
-    n = min(TRAIN_SAMPLES, len(splits.train_x)) // bs * bs  # both modes on the same whole training batches
-    tx, ty = splits.train_x[:n], splits.train_y[:n]
+    n = min(TRAIN_SAMPLES, len(splits.first.train_x)) // bs * bs  # both modes on the same whole training batches
+    train = on_train(n)
     with clock("train_acc"):
-        out["train_acc"] = evaluate(model, data.batches(tx, ty, cfg.eval_batch_size)).acc
+        out["train_acc"] = evaluate(model, each_member(model, splits, lambda s: data.batches(*train(s), ebs))).acc
     if free:
-        out["test_acc_train_mode"] = prefix_acc(correct, len(x) // bs * bs)
+        out["test_acc_train_mode"] = prefix_acc(correct, n_test // bs * bs)
         out["train_acc_train_mode"] = out["train_acc"]
         out["eval_derived"] = {"test_acc_train_mode": BY_CONSTRUCTION + " (test_acc's pass, cut to whole batches)",
                                "train_acc_train_mode": BY_CONSTRUCTION + " (train_acc's pass)"}
     else:
         with clock("test_acc_train_mode"):
-            out["test_acc_train_mode"] = train_mode_acc(model, x, y, cfg)
+            out["test_acc_train_mode"] = train_mode_acc(model, splits, on_test, cfg)
         with clock("train_acc_train_mode"):
-            out["train_acc_train_mode"] = train_mode_acc(model, tx, ty, cfg)
+            out["train_acc_train_mode"] = train_mode_acc(model, splits, train, cfg)
     out["test_acc_precise_bn"] = None
     if precise_bn.has_running_stats(model):
         trained = copy.deepcopy(model.state_dict())  # the reported model keeps its running statistics
         try:
             with clock("test_acc_precise_bn"):
                 done = recompute(model, splits, cfg, batch_fn, splittable=batch_fn is data.batches)  # padded: as drawn
-                out["test_acc_precise_bn"] = evaluate(model, data.batches(x, y, cfg.eval_batch_size)).acc
+                out["test_acc_precise_bn"] = evaluate(model, each_member(model, splits, test_batches)).acc
             out["precise_bn_samples"] = done.samples  # training images its population statistics averaged
         finally:
             model.load_state_dict(trained)
+    # DyT/Derf: the fraction of saturated values (it reads one Splits: members with their own, each alone)
+    out.update(saturation.measure(model, splits.shared, cfg, clock) if splits.shared is not None
+               else each_alone(saturation.measure, model, splits, cfg, clock))
     return out
+
+
+def each_alone(measure, model: Members, splits: MemberSplits, *args) -> dict[str, Any]:
+    """`measure(a model, its Splits, *args)` for each member of a pack alone on its own splits, its numbers
+    as a pack's measure gives them: each a list with one entry per member."""
+    def by_member(values: list) -> Any:
+        return {k: by_member([v[k] for v in values]) for k in values[0]} if isinstance(values[0], dict) else values
+
+    found = [measure(m, s, *args) for m, s in zip(model.unpacked(), splits.each)]
+    return by_member(found) if found[0] else {}

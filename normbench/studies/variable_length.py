@@ -23,12 +23,12 @@ from torch import nn
 
 from normbench import data
 from normbench.config import Config
-from normbench.data import varlen
+from normbench.data import MemberSplits, varlen
 from normbench.errors import UserError
 from normbench.models import cells
 from normbench.norms.batch_stats import BatchStatistics
 from normbench.norms.registry import TAG
-from normbench.pack.members import Members
+from normbench.pack.members import Members, each_member, member_splits
 from normbench.studies import default, precise_bn
 from normbench.train.evaluate import PassClock, evaluate
 from normbench.train.norm_modes import eval_mode
@@ -71,74 +71,99 @@ def train_batches(cfg: Config):
     return varlen.train_batches(cfg.varlen)
 
 
-def evaluations(model: nn.Module, splits: data.Splits, cfg: Config, clock: PassClock | None = None) -> dict[str, Any]:
+def evaluations(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Config,
+                clock: PassClock | None = None) -> dict[str, Any]:
+    """The suite above, each member of a pack on its own splits (`MemberSplits`; one `Splits` is every
+    member's): its own normalization of the test set, its own background value."""
     clock = clock or PassClock()
     out = default.evaluations(model, splits, cfg, train_batches(cfg), clock)  # on the unresized test set
-    x, y, bs, ebs, v = splits.test_x, splits.test_y, cfg.batch_size, cfg.eval_batch_size, cfg.varlen
-    if bs > len(x):
+    splits = member_splits(model, splits)
+    n, bs, ebs, v = len(splits.first.test_x), cfg.batch_size, cfg.eval_batch_size, cfg.varlen
+    if bs > n:
         return out
     gen = torch.Generator().manual_seed(v.test_seed)
-    mixed = varlen.random_lengths(len(x), v.min_len, v.max_len, gen).to(x.device)
-    background = varlen.background(splits.train_x)
-    value = background if v.pad_value == "background" else 0.0
+    mixed = varlen.random_lengths(n, v.min_len, v.max_len, gen).to(splits.first.test_x.device)
     past = [length for length in (v.precise_bn_lengths or v.test_lengths) if length >= v.max_len]
+
+    def mixed_batches(batch_size: int, pad: float = 1.0, drop_last: bool = False):
+        """Each member's test set at the mixed lengths, padded with its own pad value."""
+        return each_member(model, splits, lambda s: varlen.padded_batches(
+            s.test_x, s.test_y, mixed, batch_size, pad, drop_last, pad_value(s, cfg)))
+
     with clock("test_acc_by_length"):
         out["test_acc_by_length"] = {
-            str(length): evaluate(model, varlen.length_batches(x, y, length, ebs)).acc for length in v.test_lengths
+            str(length): evaluate(model, each_member(model, splits, at_length(length, ebs))).acc
+            for length in v.test_lengths
         }
     with clock("test_acc_by_length_background"):  # the second manipulation: background rows after the image
-        rows = x.shape[2]
+        rows = splits.first.test_x.shape[2]
         out["test_acc_by_length_background"] = {
-            str(length): evaluate(model, varlen.background_rows(length, background)(x, y, ebs)).acc
+            str(length): evaluate(model, each_member(model, splits, background_after(length, ebs))).acc
             for length in v.test_lengths if length > rows
         }
     if precise_bn.has_running_stats(model):
         out.update(_precise_bn_by_length(model, splits, cfg, past, clock))
     derived = out.setdefault("eval_derived", {})
     with clock("test_acc_mixed"):
-        scores = evaluate(model, varlen.padded_batches(x, y, mixed, ebs, value=value), per_sample=True)
+        scores = evaluate(model, mixed_batches(ebs), per_sample=True)
         out["test_acc_mixed"], correct = scores.acc, scores.correct
     if per_token(model, RUNNING_PER_TOKEN):  # padding past a sequence's end cannot reach its answer
         out["test_acc_heavy_pad"] = out["test_acc_mixed"]
         derived["test_acc_heavy_pad"] = PADDING_FREE + " (test_acc_mixed)"
     else:
         with clock("test_acc_heavy_pad"):
-            out["test_acc_heavy_pad"] = evaluate(model, varlen.padded_batches(x, y, mixed, ebs, v.heavy_pad,
-                                                                              value=value)).acc
+            out["test_acc_heavy_pad"] = evaluate(model, mixed_batches(ebs, v.heavy_pad)).acc
     padding_free = default.batch_free(model) and per_token(model, PER_TOKEN)  # batch statistics too
     for name, pad in (("mixed", 1.0), ("heavy_pad", v.heavy_pad)):
         if padding_free:
-            out[f"test_acc_{name}_train_mode"] = default.prefix_acc(correct, len(x) // bs * bs)
+            out[f"test_acc_{name}_train_mode"] = default.prefix_acc(correct, n // bs * bs)
             derived[f"test_acc_{name}_train_mode"] = default.BY_CONSTRUCTION + "; " + PADDING_FREE + \
                 " (test_acc_mixed's pass, cut to whole batches)"
             continue
         with clock(f"test_acc_{name}_train_mode"):
-            out[f"test_acc_{name}_train_mode"] = evaluate(
-                model, varlen.padded_batches(x, y, mixed, bs, pad, drop_last=True, value=value), batch_stats=True).acc
+            out[f"test_acc_{name}_train_mode"] = evaluate(model, mixed_batches(bs, pad, drop_last=True),
+                                                          batch_stats=True).acc
     if not derived:
         out.pop("eval_derived")
     with clock("padding_shift"):
-        out["padding_shift"] = ([padding_shift(m, splits, cfg, mixed, value, seed)
-                                 for m, seed in zip(model.unpacked(), model.seeds)] if isinstance(model, Members)
-                                else padding_shift(model, splits, cfg, mixed, value, cfg.seed))
+        nets, seeds = (model.unpacked(), model.seeds) if isinstance(model, Members) else ((model,), [cfg.seed])
+        shifts = [padding_shift(m, s, cfg, mixed, pad_value(s, cfg), seed)
+                  for m, s, seed in zip(nets, splits.each, seeds)]
+        out["padding_shift"] = shifts if isinstance(model, Members) else shifts[0]
     return out
 
 
-def _precise_bn_by_length(model: nn.Module, splits: data.Splits, cfg: Config, lengths: list[int],
+def at_length(length: int, batch_size: int):
+    """A member's test set with every sample resized to `length` rows."""
+    return lambda s: varlen.length_batches(s.test_x, s.test_y, length, batch_size)
+
+
+def background_after(length: int, batch_size: int):
+    """A member's test set made `length` rows long by its own background rows after each image."""
+    return lambda s: varlen.background_rows(length, varlen.background(s.train_x))(s.test_x, s.test_y, batch_size)
+
+
+def pad_value(splits: data.Splits, cfg: Config) -> float:
+    """What padded rows hold in a run's test batches: 0, or its own normalization's background."""
+    return varlen.background(splits.train_x) if cfg.varlen.pad_value == "background" else 0.0
+
+
+def _precise_bn_by_length(model: nn.Module, splits: MemberSplits, cfg: Config, lengths: list[int],
                           clock: PassClock) -> dict[str, Any]:
     """Test accuracy at each length past the trained ones after PreciseBN on training images stretched to
     it; with per-step statistics, also the control that re-estimates only the steps past the trained ones."""
-    x, y, ebs, max_len = splits.test_x, splits.test_y, cfg.eval_batch_size, cfg.varlen.max_len
+    ebs, max_len = cfg.eval_batch_size, cfg.varlen.max_len
     control = cells.step_samples(model) is not None
     by_length, past_only = {}, {}
     for length in lengths:
         with clock("test_acc_by_length_precise_bn"):
             stretched = stretched_precise_bn(model, splits, cfg, length)
-            by_length[str(length)] = evaluate(stretched, varlen.length_batches(x, y, length, ebs)).acc
+            by_length[str(length)] = evaluate(stretched, each_member(stretched, splits, at_length(length, ebs))).acc
         if control:  # the same re-estimation, the steps before max_len given back their trained statistics
             with clock("test_acc_by_length_precise_bn_past"):
                 cells.restore_steps(stretched, model, max_len)
-                past_only[str(length)] = evaluate(stretched, varlen.length_batches(x, y, length, ebs)).acc
+                past_only[str(length)] = evaluate(stretched, each_member(stretched, splits,
+                                                                         at_length(length, ebs))).acc
     out: dict[str, Any] = {"test_acc_by_length_precise_bn": by_length}
     if control:
         out["test_acc_by_length_precise_bn_past"] = past_only
@@ -161,7 +186,8 @@ def per_token(model: nn.Module, names: frozenset[str]) -> bool:
     return all(getattr(m, TAG)[0] in names for net in nets for m in net.modules() if hasattr(m, TAG))
 
 
-def stretched_precise_bn(model: nn.Module, splits: data.Splits, cfg: Config, length: int) -> nn.Module:
+def stretched_precise_bn(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Config,
+                         length: int) -> nn.Module:
     """A copy of `model` (the run's is kept) after PreciseBN on training images stretched to `length` rows,
     at the training batch size, every step up to `length` with statistics of its own. Every sample of a
     batch has that one length, so the pass joins batches where the norms can split their statistics

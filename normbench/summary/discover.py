@@ -85,8 +85,9 @@ def measurements(run: Run) -> list[tuple[str, str, float]]:
 
 def costs(runs: list[Run]) -> dict[str, dict[str, float]]:
     """Where each study's time went: per study, its runs and computations (a pack trains its members as
-    one, and each member records the pack's shared seconds, so a pack counts once; with data.split=per_seed
-    each seed's members are a computation of their own, pack.plan.groups), and the wall, training and
+    one, and each member records the pack's shared seconds, so a pack counts once; a pack recorded before
+    members with their own data packed together, without `computations` in its record, trained each seed's
+    members as a computation of their own under data.split=per_seed), and the wall, training and
     evaluation seconds summed over computations; `other` is the rest (setup, data, writing)."""
     by_study: dict[str, dict[tuple, dict[str, float]]] = {}
     for r in runs:
@@ -94,7 +95,8 @@ def costs(runs: list[Run]) -> dict[str, dict[str, float]]:
             continue
         packed = r.results.get("packed")
         if isinstance(packed, dict) and packed.get("mode") == "packed":
-            per_seed = r.config.get("data.split") == Split.per_seed.value  # config.split_seed's rule
+            per_seed = ("computations" not in packed  # an older record: one computation per seed
+                        and r.config.get("data.split") == Split.per_seed.value)  # config.split_seed's rule
             key = (str(packed["dir"]), r.config.get("seed") if per_seed else None)
         else:
             key = (str(r.path), None)

@@ -63,9 +63,10 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], batch_stats: bool = Fal
         if first is None:
             return _empty(members, per_sample)
         batches = itertools.chain([first], batches)
-        if not model.packs(len(first[1])):  # large batches: each member alone is faster (docs/packing.md)
+        if not model.packs(first[1].shape[-1]):  # large batches: each member alone is faster (docs/packing.md)
             batches = list(batches)
-            each = [evaluate(m, batches, batch_stats, stats_per, per_sample) for m in model.unpacked()]
+            each = [evaluate(m, [_member(b, k) for b in batches], batch_stats, stats_per, per_sample)
+                    for k, m in enumerate(model.unpacked())]
             return Scores([s.loss for s in each], [s.acc for s in each],
                           torch.stack([s.correct for s in each]) if per_sample else None)
     loss = hits = None
@@ -98,6 +99,14 @@ def _empty(members: int | None, per_sample: bool) -> Scores:
     nan = float("nan") if members is None else [float("nan")] * members
     none = torch.zeros(0 if members is None else (members, 0), dtype=torch.bool) if per_sample else None
     return Scores(nan, nan, none)
+
+
+def _member(batch: Batch, k: int) -> Batch:
+    """Member k's part of a pack's batch: its own of (S, N, ...) batches, all of a shared one."""
+    x, y, lengths = batch
+    if x.dim() < 5:
+        return batch
+    return x[k], y[k], None if lengths is None else lengths[k]
 
 
 def _for_members(members: int, x: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor | None):

@@ -24,9 +24,9 @@ from torch import nn
 
 from normbench import norms
 from normbench.config import Config
-from normbench.data import Splits, batches
+from normbench.data import MemberSplits, Splits, batches
 from normbench.errors import UserError
-from normbench.pack.members import Members
+from normbench.pack.members import Members, each_member, joined, member_splits
 from normbench.train import interrupts
 from normbench.train.checkpoint import load_checkpoint, save_checkpoint
 from normbench.train.device import accelerate
@@ -73,15 +73,17 @@ def fit(model: nn.Module, splits: Splits, cfg: Config, tracker, device: torch.de
     return train(model, splits, [cfg], [tracker], device, checkpoint, resume, batch_fn)[0]
 
 
-def train(model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list, device: torch.device,
-          checkpoint: Path | None = None, resume: bool = False, batch_fn=batches) -> list[FitResult]:
+def train(model: nn.Module, splits: Splits | MemberSplits, cfgs: list[Config], trackers: list,
+          device: torch.device, checkpoint: Path | None = None, resume: bool = False,
+          batch_fn=batches) -> list[FitResult]:
     """Train `model`'s members on `splits.train_*`, evaluating on `splits.val_*` after every epoch; one
     result per member. A plain model is one member; a pack (`Members`) is S, member k with `cfgs[k]` (its
-    own seed and lr, the rest shared) and `trackers[k]`.
+    own seed and lr, the rest shared), `trackers[k]` and its own splits (`MemberSplits`; one `Splits` is
+    every member's).
 
-    Each member draws its batches from its own generator (seeded by its seed, as its separate run's),
-    the loss is the sum of the members' mean losses (so each member's gradient is its own), and one
-    optimizer step updates every member. A member whose loss turns non-finite is recorded as diverged at
+    Each member draws its batches from its own splits with its own generator (seeded by its seed, as its
+    separate run's), the loss is the sum of the members' mean losses (so each member's gradient is its
+    own), and one optimizer step updates every member. A member whose loss turns non-finite is recorded as diverged at
     that step; the others train on. `batch_fn` yields training batches (x, y, lengths) with
     `data.batches`' signature; a study may pass its own (augmented, or padded to random lengths).
 
@@ -118,13 +120,13 @@ class _Training:
     """One training's moving parts, built once: the optimizer and schedules, each member's batch generator,
     the loop's state and each member's result. `train` drives it epoch by epoch."""
 
-    def __init__(self, model: nn.Module, splits: Splits, cfgs: list[Config], trackers: list,
+    def __init__(self, model: nn.Module, splits: Splits | MemberSplits, cfgs: list[Config], trackers: list,
                  device: torch.device, checkpoint: Path | None, batch_fn):
         self.leg_started = time.perf_counter()  # this process's part of the training's wall time
-        self.model, self.splits, self.cfgs, self.trackers = model, splits, cfgs, trackers
+        self.model, self.splits, self.cfgs, self.trackers = model, member_splits(model, splits), cfgs, trackers
         self.cfg, self.size, self.checkpoint, self.batch_fn = cfgs[0], len(cfgs), checkpoint, batch_fn
         self.packed = isinstance(model, Members)
-        self.epochs, self.total_steps = plan_steps(self.cfg, len(splits.train_x))
+        self.epochs, self.total_steps = plan_steps(self.cfg, len(self.splits.first.train_x))
         norms.set_total_steps(model, self.total_steps)  # Batch Renorm's schedule is in fractions of the run
         self.opt = make_member_optimizer(model, cfgs)
         self.schedules = [make_schedule(c, self.total_steps) for c in cfgs]
@@ -142,10 +144,10 @@ class _Training:
         return losses.sum(), losses
 
     def epoch_batches(self):
-        x, y, bs = self.splits.train_x, self.splits.train_y, self.cfg.batch_size
-        if self.packed:
-            return self.model.member_batches(self.batch_fn, x, y, bs, self.shuffles)
-        return self.batch_fn(x, y, bs, shuffle=True, generator=self.shuffles[0], drop_last=True)
+        """Each member's batches from its own training split, drawn by its own generator."""
+        return joined(self.model, [self.batch_fn(s.train_x, s.train_y, self.cfg.batch_size, shuffle=True,
+                                                 generator=g, drop_last=True)
+                                   for s, g in zip(self.splits.each, self.shuffles)])
 
     def train_epoch(self) -> None:
         """One epoch's steps (or what is left of it after a mid-epoch resume), logging every `log_every`."""
@@ -194,8 +196,8 @@ class _Training:
     def validate(self, epoch: int) -> None:
         """The validation pass after an epoch: each live member's history, and a non-finite loss diverges it."""
         started = time.perf_counter()
-        scores = evaluate(self.model if self.packed else self.forward,
-                          batches(self.splits.val_x, self.splits.val_y, self.cfg.eval_batch_size))
+        scores = evaluate(self.model if self.packed else self.forward, each_member(
+            self.model, self.splits, lambda s: batches(s.val_x, s.val_y, self.cfg.eval_batch_size)))
         val_losses, val_accs = (scores.loss, scores.acc) if self.packed else ([scores.loss], [scores.acc])
         for k in _live(self.outs):
             self.outs[k].val_seconds += time.perf_counter() - started

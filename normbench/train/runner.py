@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from normbench import data, models, norms, studies
-from normbench.config import Config, NormConfig, PackMode, split_seed, to_dict
+from normbench.config import Config, NormConfig, PackMode, to_dict
 from normbench.errors import UserError
 from normbench.models import cells
 from normbench.pack import plan
@@ -150,7 +150,7 @@ def finish(results: dict[str, Any], tested: dict[str, Any], passes: dict[str, fl
     results["status"] = "completed"
 
 
-def evaluations(model: torch.nn.Module, splits: data.Splits, cfg: Config,
+def evaluations(model: torch.nn.Module, splits: data.Splits | data.MemberSplits, cfg: Config,
                  clock: PassClock | None = None) -> dict[str, Any]:
     """A trained model's test loss and accuracies: its study's suite, each pass timed on `clock`. For a
     pack, every value is a list with one entry per member (the seconds are the pack's, shared)."""
@@ -180,15 +180,12 @@ def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list
     # The members differ in seed (and lr): TensorBoard's HParams shows those axes as a sweep's would
     hparam_domains = {**(hparam_domains or {}),
                       **{k: sorted({getattr(m, k) for _, m in the_plan.members}) for k in ("seed", "lr")}}
-    where = {"dir": str(run_dir), "members": len(names), "mode": str(the_plan.mode)}
+    where = {"dir": str(run_dir), "members": len(names), "mode": str(the_plan.mode),
+             "computations": len(the_plan.groups)}
     guards.check_writable(run_dir)
     # The pack's own record: its members and its config (summarize lists the members, not this directory)
     atomic_write_text(run_dir / PACK, json.dumps({**where, "names": names, "config": to_dict(cfg)}, indent=2) + "\n")
     members = [(run_dir / name, m, {**where, "index": k, "name": name}) for k, (name, m) in enumerate(the_plan.members)]
-    if the_plan.mode == PackMode.packed and len(the_plan.groups) > 1 and not cfg.resume:
-        for d, c, w in members:  # every member says "unfinished" from the start, as one pack's do, until its group runs
-            guards.check_writable(d)
-            start_results(c, d, w)
     results: list[dict[str, Any]] = [{}] * len(members)
     for group in the_plan.groups:  # one computation each, one after another
         trained = _train_members(group.cfg, [members[k] for k in group.members], group.checkpoint_dir,
@@ -257,15 +254,14 @@ def _train_members(cfg: Config, members: list[tuple], checkpoint_dir: Path,
         finished = [guards.finished_results(d, to_dict(c)) for d, c in zip(dirs, cfgs)]
         if all(f is not None for f in finished):
             return finished
-        guards.check_checkpoint(checkpoint_dir / CHECKPOINT)
+        guards.check_checkpoint(checkpoint_dir / CHECKPOINT, dirs)
     results = [start_results(c, d, w) for d, c, w in members]
     trackers: list = [tracker] if tracker is not None else [None] * len(members)  # closed however it ends
     try:
         device, make = setup(cfgs[0])
-        seeds = {split_seed(c.data, c.seed) for c in cfgs}
-        assert len(seeds) == 1, f"members with different data (split seeds {sorted(seeds)}) cannot train as one"
-        splits = data.load(cfg.data, device, seed=cfgs[0].seed)
-        nets = [build_model(c, make, splits, device, r) for c, r in zip(cfgs, results)]
+        # each member's own splits: one object for members that share a split seed (data.load's cache)
+        splits = data.MemberSplits.of([data.load(c.data, device, seed=c.seed) for c in cfgs])
+        nets = [build_model(c, make, s, device, r) for c, s, r in zip(cfgs, splits.each, results)]
         model, trackers = _model_and_trackers(cfg, nets, cfgs, dirs, device, hparam_domains, tracker, packs)
         fitted = loop.train(model, splits, [replace(c, lr=r["lr_effective"]) for c, r in zip(cfgs, results)],
                             trackers, device, checkpoint=checkpoint_dir / CHECKPOINT, resume=cfg.resume,
