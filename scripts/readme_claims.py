@@ -43,7 +43,7 @@ TABLES_BEGIN, TABLES_END = "<!-- tables:begin -->", "<!-- tables:end -->"
 # docs/results/README.md's order; a study not listed comes after them.
 ORDER = ["ghost_batch", "headline_seeds", "small_batch", "values_per_channel", "values_per_channel_ghost",
          "converged", "converged_small_batches", "converged_5_seeds", "converged_5_seeds_b2", "variable_length",
-         "small_batch_transformer", "variable_length_transformer", "lr_sensitivity"]
+         "small_batch_transformer", "variable_length_transformer", "lr_sensitivity", "norm_free_regime"]
 KEPT = "test accuracy (running statistics)"  # the tables docs/results/README.md shows; summary.md has the others
 
 
@@ -72,6 +72,15 @@ def _p(v: float | None) -> str:
 def _hypothesis(claim: claims.Claim) -> str:
     """summarize's wording of the hypothesis, its bars escaped for a Markdown table."""
     return claims_table.hypothesis(claim).replace("|", "\\|")
+
+
+def _notes(found: list[tuple[str, dict]]) -> list[str]:
+    """What the claims that carry a `note` can and cannot conclude, under their table, as the experiment
+    files word it (a − b as in the table; (a − a′) for a side that subtracts a cell)."""
+    notes = [f"- *{study}, {c.name}*: {c.note}" for study, raw in found
+             for c in claims.parse([raw], study, study) if c.note]
+    return ["", "What they can and cannot conclude (the `note` each experiment declares with the claim):", "",
+            *notes] if notes else []
 
 
 def _tested(results: Path) -> tuple[dict, dict | None]:
@@ -134,6 +143,10 @@ def section(results: Path = RESULTS, link: str = "docs/results/") -> str:
             continue
         lines.append(f"| {study} | {c.name} | {_hypothesis(c)} | {t['n']} | {_ci(t, c)} | {_p(t['p_holm'])} | "
                      f"{_verdict(t, 'primary')} |")
+    if any(raw.get("note") for _, raw in declared()):
+        where = f"[{'docs/results/' if link else ''}README.md]({link}README.md#every-claim)"
+        lines += ["", (f"What each claim can and cannot conclude (the confounds that remain), as its experiment "
+                       f"declares it: {where}, under the claims.")]
     if (results / FIGURE).exists():
         lines += ["", (f"![The primary claims: a − b with its 95% t-interval (thick) and bootstrap interval (thin), "
                        f"the margin dashed, coloured by verdict]({link}{FIGURE})")]
@@ -160,6 +173,7 @@ def all_claims_section(results: Path = RESULTS, link: str = "") -> str:
                 continue
             lines.append(f"| {study} | {c.name} | {_hypothesis(c)} | {t['n']} | {_ci(t, c)} | {_p(t.get('p'))} | "
                          f"{_p(t['p_holm'])} | {_p(t.get('p_exact_holm'))} | {_verdict(t, role)} |")
+        lines += _notes([(study, raw) for study, raw in declared() if (raw.get("role") or "exploratory") == role])
         lines.append("")
     return "\n".join(lines).rstrip("\n")
 

@@ -64,6 +64,26 @@ def test_schedule_takes_the_longest_first():
     assert estimate.schedule([3, 3, 3], 1) == 9
 
 
+def test_a_calibration_counts_max_steps_alone_below_one_epoch():
+    """As train/loop.plan_steps: epochs 0 with max_steps trains max_steps (norm_free_regime's form)."""
+    def cal(epochs, max_steps):
+        return estimate.Calibration(step_s=0.01, suite_s=1.0, validation_s=0.5, steps_per_epoch=15,
+                                    epochs=epochs, max_steps=max_steps)
+    assert cal(0, 800).steps == 800
+    assert cal(0, 800).seconds == pytest.approx(estimate.START_S + 8.0 + 1.0 + 54 * 0.5)  # ceil(800 / 15)
+    assert cal(2, 800).steps == 30 and cal(2, None).steps == 30
+
+
+def test_a_claim_that_reads_lr_sensitivity_on_one_side_only_is_not_widened():
+    """lr_sensitivity.yaml sets the metric per side: the study's widening must see it there too."""
+    from normbench.summary.claims import parse
+    per_side, plain = parse([
+        {"name": "s", "a": {"norm.name": "ln", "metric": "lr_sensitivity"},
+         "b": {"norm.name": "none", "metric": "lr_sensitivity"}, "expect": "less"},
+        {"name": "p", "a": {"norm.name": "ln"}, "b": {"norm.name": "none"}, "expect": "greater"}], "t")
+    assert per_side.reads_lr_grid and not plain.reads_lr_grid
+
+
 def test_open_after_counts_a_claim_decided_later_as_open_before():
     class R:
         def __init__(self, key, verdict, look, role="primary"):

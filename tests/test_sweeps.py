@@ -100,7 +100,7 @@ def test_variable_length_sweep_names_every_variant():
 
 
 @pytest.mark.parametrize("experiment, norms_swept", [
-    ("small_batch_transformer", {"bn", "pn", "ln", "rms", "dyt"}), ("lr_sensitivity", {"ln", "rms", "dyt", "none"})])
+    ("small_batch_transformer", {"bn", "pn", "ln", "rms", "dyt", "derf"}), ("lr_sensitivity", {"ln", "rms", "dyt", "none"})])
 def test_transformer_experiments_compose(experiment, norms_swept):
     """Reference: issue 25's designs: the Transformer with AdamW; the small-batch study over batch 2..64 with
     BN, PN, LN, RMS, DyT; the lr study over pre/post x four norms x QK-norm on/off, an 8-value log grid."""

@@ -128,10 +128,11 @@ class Study:
         return [j for j in jobs if j.reads(claims)]
 
     def estimate(self, job: joblist.Job, seeds) -> float:
-        """Seconds for `job` at `seeds`: the calibration of its sweep's first job with its model and batch
-        size (at round 1's seeds), scaled by the members (seeds x lrs)."""
+        """Seconds for `job` at `seeds`: the calibration of its sweep's first job with its model, batch size
+        and training subset (its steps per epoch, so its validation passes; at round 1's seeds), scaled by the
+        members (seeds x lrs)."""
         first = protocols.round_seeds(self.proto, 0)
-        same = ("model.name", "batch_size")
+        same = ("model.name", "batch_size", "data.subset")
         rep = next(j for j in self.universe() if j.study == job.study and j.sweep == job.sweep
                    and all(j.config.get(k) == job.config.get(k) for k in same))
         cal = self.calibrations.get(list(rep.overrides), list(first))
@@ -195,7 +196,7 @@ class Study:
         """Before look `index` counts: the next grid value of every cell an open primary claim reads whose lr
         was chosen at its grid's edge at this look's seeds, trained at the round's seeds, until none is at an
         edge or each is at the limit."""
-        from normbench.summary import lr_sensitivity, select
+        from normbench.summary import select
         from normbench.summary.discover import find_runs
         from normbench.summary.labels import label_runs
         from normbench.summary.verdicts import cells_read
@@ -211,7 +212,7 @@ class Study:
             chosen = select.choose(runs, "lr", labels)
             cells = set()
             for r in summary.claims:  # a claim on lr sensitivity reads the whole grid: it chooses no lr
-                if r.claim.key in open_keys and r.claim.metric != lr_sensitivity.METRIC:
+                if r.claim.key in open_keys and not r.claim.reads_lr_grid:
                     cells |= cells_read(r.claim, runs, labels)
             declared = {}  # each cell's grid as round 1 trained it
             for run in runs:

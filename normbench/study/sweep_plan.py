@@ -69,6 +69,8 @@ TRAIN_IMAGES = {"fashion_mnist": 60000, "cifar10": 50000}
 
 def _steps(cfg) -> int:
     """The job's steps, from its config alone (no data read): is the sweep worth calibrating?"""
+    if cfg.epochs < 1 and cfg.max_steps:  # max_steps alone decides (train/loop.plan_steps)
+        return cfg.max_steps
     images = cfg.data.subset or TRAIN_IMAGES.get(cfg.data.name, 60000) - cfg.data.val_size
     full = cfg.epochs * max(1, images // cfg.batch_size)
     return min(full, cfg.max_steps) if cfg.max_steps else full
@@ -104,7 +106,7 @@ def plan_line(overrides: list[str], workers: int, local: bool = True) -> str:
     first: dict[tuple, list[str]] = {}
     seconds = []
     for job, cfg in zip(jobs, configs):
-        rep = first.setdefault((cfg.model.name, cfg.batch_size), job)
+        rep = first.setdefault((cfg.model.name, cfg.batch_size, cfg.data.subset), job)  # its steps per epoch too
         seeds = list(cfg.pack.seeds or [cfg.seed])
         seconds.append(cal.seconds(rep, seeds))
     return f"{head}, ~{_hms(schedule(seconds, workers))} on this machine with {workers} at once (calibrated)"
