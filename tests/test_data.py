@@ -29,6 +29,25 @@ def test_load_splits_and_normalizes(tiny_root):
     assert abs(s.train_x.mean().item()) < 1e-4 and abs(s.train_x.std().item() - 1) < 1e-3
 
 
+def test_load_each_keeps_only_its_configs_splits(tiny_root):
+    """Reference: a pack holds its members' splits and no earlier run's. Per-seed splits of seeds 0-5 loaded
+    one run at a time (an in-process sweep) leave one split cached, besides the decoded files; a pack of
+    seeds 6 and 7 leaves two, the same objects its members got, and each member's own."""
+    from dataclasses import replace
+
+    from normbench.config import Config
+    from normbench.data import splits as splits_module
+
+    base = Config(data=DataConfig(root=str(tiny_root), val_size=100, download=False, split="per_seed"))
+    for seed in range(6):
+        data.load_each([replace(base, seed=seed)], torch.device("cpu"))
+    assert sum(k[1] != "files" for k in splits_module._CACHE) == 1
+    pack = data.load_each([replace(base, seed=6), replace(base, seed=7)], torch.device("cpu"))
+    assert sum(k[1] != "files" for k in splits_module._CACHE) == 2
+    assert not torch.equal(pack[0].val_x, pack[1].val_x)
+    assert data.load_each([replace(base, seed=6)], torch.device("cpu"))[0] is pack[0]
+
+
 def test_gzipped_files_in_root(tmp_path):
     root = write_tiny_fashion_mnist(tmp_path, gz=True)
     s = data.load(DataConfig(root=str(root), val_size=10, download=False), torch.device("cpu"))

@@ -10,9 +10,9 @@ batch: torchvision's per-sample PIL path runs at ~17k samples/s on 2 cores, slow
 
 from normbench.data.augment import random_crop_flip
 from normbench.data.members import MemberSplits
-from normbench.data.splits import Splits, batches, load, names, register
+from normbench.data.splits import Splits, batches, load, load_each, names, register
 
 # Importing a dataset module registers it.
 from normbench.data import cifar10, fashion_mnist  # noqa: E402,F401  isort: skip
 
-__all__ = ["MemberSplits", "Splits", "batches", "load", "names", "random_crop_flip", "register"]
+__all__ = ["MemberSplits", "Splits", "batches", "load", "load_each", "names", "random_crop_flip", "register"]

@@ -1,7 +1,7 @@
 """Each member's data: a plain run's one `Splits`, a pack's one per member (the same object for members
 that share their split: every member with data.split=fixed, the members of one seed with per_seed).
 
-    splits = MemberSplits.of([data.load(c.data, device, seed=c.seed) for c in member_cfgs])
+    splits = MemberSplits.of(data.load_each(member_cfgs, device))
     splits.first            # what every member's splits have in common: sample shape, classes, sizes
     splits.shared           # the one Splits every member trains on, or None when each has its own
     splits.each[k]          # member k's

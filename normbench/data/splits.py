@@ -69,8 +69,9 @@ def load(cfg: DataConfig, device: torch.device, seed: int = 0) -> Splits:
     `split_seed(cfg, seed)`: 0 for every run with `data.split=fixed`, the run's seed with `per_seed`;
     either way runs that differ only in norm, batch size or lr see the same split. Mean/std come from the
     training split alone. The last data config's decoded files and splits are kept, one split per split
-    seed: a pack's members (each seed its own with `per_seed`) and the runs of a sweep in one process
-    (Hydra's basic launcher) decode the files once and normalize once per seed (with `fixed`, once). They
+    seed (`load_each` keeps only its configs' seeds): a pack's members (each seed its own with `per_seed`)
+    and the runs of a sweep in one process (Hydra's basic launcher) decode the files once and normalize once
+    per seed (with `fixed`, once). They
     are never written to (batches are copies), so sharing is safe.
     """
     seed = split_seed(cfg, seed)  # the cache keys on the seed the split is drawn from
@@ -84,6 +85,16 @@ def load(cfg: DataConfig, device: torch.device, seed: int = 0) -> Splits:
             _CACHE[(same_data, "files")] = _decode(cfg)
         _CACHE[key] = _split(cfg, device, seed, *_CACHE[(same_data, "files")])
     return _CACHE[key]
+
+
+def load_each(cfgs, device: torch.device) -> list[Splits]:
+    """Each config's splits (`load` with its data and seed), the cache keeping no other split: a pack holds
+    its members' splits, a run of an in-process sweep its own, never those of the runs before it (the
+    decoded files stay)."""
+    keep = {split_seed(c.data, c.seed) for c in cfgs}
+    for key in [k for k in _CACHE if k[1] != "files" and k[1] not in keep]:
+        del _CACHE[key]
+    return [load(c.data, device, seed=c.seed) for c in cfgs]
 
 
 def _decode(cfg: DataConfig) -> tuple[torch.Tensor, ...]:

@@ -24,9 +24,11 @@ DynamicTanh and DynamicErf module, QK-norm ones included. results.json's `satura
      "layers": {"blocks.0.attn_norm": 0.012, ...},   # each layer's own fraction, by module name
      "alpha": {"blocks.0.attn_norm": 0.61, ...}}     # each layer's learned alpha at the end
 
-A pack measures every member on the same batches: the hooks sit on each member's own modules (a DyT layer
-has no packed form: the pack runs each member's own module on its slice, normbench/pack/layers.py's
-PerMember), and each number is a list with one entry per member, which the runner splits.
+A pack whose members share their data measures every member on the same batches: the hooks sit on each
+member's own modules (a DyT layer has no packed form: the pack runs each member's own module on its slice,
+normbench/pack/layers.py's PerMember), and each number is a list with one entry per member, which the runner
+splits. Members with their own data (data.split=per_seed) are measured one at a time on their own test
+tensors (studies/default.py's `each_alone`).
 """
 
 from __future__ import annotations

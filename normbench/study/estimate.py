@@ -121,6 +121,11 @@ def measure(overrides: list[str], seeds: list[int]) -> Calibration:
                        cfg.max_steps)
 
 
+# Bumped when what a calibration measures changes, so a kept calibration.json is measured again: 2 since
+# members with their own data train as one computation (a per-seed pack was one group a seed before).
+FORMAT = 2
+
+
 class Calibrations:
     """The study folder's calibrations (calibration.json), measured on demand and kept."""
 
@@ -129,7 +134,7 @@ class Calibrations:
         self.known = json.loads(self.path.read_text()) if self.path and self.path.is_file() else {}
 
     def get(self, overrides: list[str], seeds: list[int]) -> Calibration:
-        key = json.dumps([list(signature(overrides)), list(seeds)])
+        key = json.dumps([list(signature(overrides)), list(seeds), FORMAT])
         if key not in self.known:
             shown = [o for o in overrides if not o.startswith(("max_steps=", "threads=", "progress=", "tensorboard="))]
             self.say(f"calibrating ({STEPS} steps and the evaluation): {' '.join(shown)} "

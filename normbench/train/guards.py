@@ -87,10 +87,11 @@ def finished_results(run_dir: Path, config: dict) -> dict | None:
 def check_checkpoint(checkpoint: Path, member_dirs: tuple[Path, ...] = ()) -> None:
     """Before resuming from `checkpoint`: warn when there is none, refuse one that cannot be read. A packed
     pack (`member_dirs`, two or more) keeps its one checkpoint in its run directory; one in a member's
-    directory was written by an earlier normbench, which trained a data.split=per_seed pack one seed at a
-    time: refused, as that layout cannot continue as one computation."""
+    directory, with none of the pack's own, was written by an earlier normbench, which trained a
+    data.split=per_seed pack one seed at a time: refused, as that layout cannot continue as one
+    computation."""
     old = [d for d in member_dirs if len(member_dirs) > 1 and (d / CHECKPOINT).exists()]
-    if old:
+    if old and not checkpoint.exists():  # the pack's own one, where present, is what resumes
         raise UserError(f"{old[0] / CHECKPOINT} is a checkpoint of an older pack layout (one computation per "
                         "seed); this normbench trains every member as one and cannot resume it",
                         "rerun without resume=true in a new directory, or finish it with the normbench that started it")

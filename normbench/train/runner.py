@@ -260,7 +260,7 @@ def _train_members(cfg: Config, members: list[tuple], checkpoint_dir: Path,
     try:
         device, make = setup(cfgs[0])
         # each member's own splits: one object for members that share a split seed (data.load's cache)
-        splits = data.MemberSplits.of([data.load(c.data, device, seed=c.seed) for c in cfgs])
+        splits = data.MemberSplits.of(data.load_each(cfgs, device))
         nets = [build_model(c, make, s, device, r) for c, s, r in zip(cfgs, splits.each, results)]
         model, trackers = _model_and_trackers(cfg, nets, cfgs, dirs, device, hparam_domains, tracker, packs)
         fitted = loop.train(model, splits, [replace(c, lr=r["lr_effective"]) for c, r in zip(cfgs, results)],
