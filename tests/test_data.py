@@ -141,8 +141,14 @@ def test_per_seed_runs_at_one_seed_share_their_split_across_norms(tiny_cfg, tmp_
     from normbench.train import runner
 
     seen = []
-    real = data.load
-    monkeypatch.setattr(data, "load", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    real = data.load_each  # what the runner loads each run's (each member's) splits with
+
+    def load_each(*a, **k):
+        got = real(*a, **k)
+        seen.extend(got)
+        return got
+
+    monkeypatch.setattr(data, "load_each", load_each)
     cfg = replace(tiny_cfg, max_steps=1, data=replace(tiny_cfg.data, subset=200, split="per_seed"))
     runs = [replace(cfg, seed=1), replace(cfg, seed=1, norm=NormConfig(name="gn", groups=4), batch_size=8, lr=0.01),
             replace(cfg, seed=2)]
