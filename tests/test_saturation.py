@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from normbench import models, norms
+from normbench import data, models, norms
 from normbench.config import ModelConfig, NormConfig, PackConfig
 from normbench.studies import saturation
 from normbench.train.runner import run
@@ -29,10 +29,15 @@ class _Fixed(nn.Module):
         return self.head(self.norm(x.flatten(1)[:, :6]))
 
 
-def _splits(values: list[float]) -> SimpleNamespace:
+def _test_only(x: torch.Tensor, y: torch.Tensor) -> data.Splits:
+    """Splits holding test images only (what the measure reads)."""
+    return data.Splits(x[:0], y[:0], x[:0], y[:0], x, y, num_classes=10, name="test")
+
+
+def _splits(values: list[float]) -> data.Splits:
     x = torch.zeros(2, 1, 28, 28)
     x.view(2, -1)[:, :6] = torch.tensor(values)  # the same 6 values in both test images
-    return SimpleNamespace(test_x=x, test_y=torch.zeros(2, dtype=torch.long))
+    return _test_only(x, torch.zeros(2, dtype=torch.long))
 
 
 def test_thresholds_are_the_declared_output_level():
@@ -82,8 +87,7 @@ def test_a_packs_members_measure_as_separate_models():
     torch.manual_seed(0)
     cfg = ModelConfig(name="transformer", hidden=16, depth=2, qk_norm="dyt")
     members = [models.create(cfg, norms.factory("dyt", alpha_init=a), (1, 28, 28), 10).double() for a in (0.5, 2.0)]
-    splits = SimpleNamespace(test_x=3 * torch.randn(20, 1, 28, 28, dtype=torch.float64),
-                             test_y=torch.zeros(20, dtype=torch.long))
+    splits = _test_only(3 * torch.randn(20, 1, 28, 28, dtype=torch.float64), torch.zeros(20, dtype=torch.long))
     alone = [saturation.measure(m, splits, SimpleNamespace(eval_batch_size=8))["saturation"] for m in members]
     packed = saturation.measure(PackedModel(members).double(), splits, SimpleNamespace(eval_batch_size=8))
     got = packed["saturation"]
@@ -93,6 +97,24 @@ def test_a_packs_members_measure_as_separate_models():
         assert {n: v[k] for n, v in got["layers"].items()} == pytest.approx(alone[k]["layers"])
         assert {n: v[k] for n, v in got["alpha"].items()} == alone[k]["alpha"]
     assert alone[1]["all"] > alone[0]["all"] > 0  # a larger alpha saturates more of the same inputs
+
+
+def test_a_packs_members_on_their_own_test_tensors_measure_as_separate_models():
+    """Members with their own data (data.split=per_seed: each its own normalization of the test images): in
+    the one packed pass each member's fractions equal its separate model's on its own tensors (float64)."""
+    from normbench.pack.model import PackedModel
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(name="transformer", hidden=16, depth=2)
+    members = [models.create(cfg, norms.factory("dyt", alpha_init=1.0), (1, 28, 28), 10).double() for _ in (0, 1)]
+    y = torch.zeros(20, dtype=torch.long)
+    own = [_test_only(scale * torch.randn(20, 1, 28, 28, dtype=torch.float64), y) for scale in (1.0, 4.0)]
+    alone = [saturation.measure(m, s, SimpleNamespace(eval_batch_size=8))["saturation"] for m, s in zip(members, own)]
+    packed = saturation.measure(PackedModel(members).double(), data.MemberSplits.of(own),
+                                SimpleNamespace(eval_batch_size=8))["saturation"]
+    for k in range(2):
+        assert packed["all"][k] == pytest.approx(alone[k]["all"])
+    assert alone[1]["all"] > alone[0]["all"]  # the members did see their own tensors
 
 
 @pytest.mark.parametrize("norm", ["dyt", "derf"])

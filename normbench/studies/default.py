@@ -31,8 +31,7 @@ from normbench import data, norms
 from normbench.config import Config
 from normbench.data import MemberSplits, augment
 from normbench.pack.members import Members, each_member, joined, member_splits
-from normbench.studies import precise_bn
-from normbench.studies import saturation
+from normbench.studies import precise_bn, saturation
 from normbench.train.evaluate import PassClock, evaluate
 from normbench.train.norm_modes import can_split_statistics, split_statistics
 
@@ -174,17 +173,5 @@ def evaluations(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Confi
             out["precise_bn_samples"] = done.samples  # training images its population statistics averaged
         finally:
             model.load_state_dict(trained)
-    # DyT/Derf: the fraction of saturated values (it reads one Splits: members with their own, each alone)
-    out.update(saturation.measure(model, splits.shared, cfg, clock) if splits.shared is not None
-               else each_alone(saturation.measure, model, splits, cfg, clock))
+    out.update(saturation.measure(model, splits, cfg, clock))  # DyT/Derf: the fraction of saturated values
     return out
-
-
-def each_alone(measure, model: Members, splits: MemberSplits, *args) -> dict[str, Any]:
-    """`measure(a model, its Splits, *args)` for each member of a pack alone on its own splits, its numbers
-    as a pack's measure gives them: each a list with one entry per member."""
-    def by_member(values: list) -> Any:
-        return {k: by_member([v[k] for v in values]) for k in values[0]} if isinstance(values[0], dict) else values
-
-    found = [measure(m, s, *args) for m, s in zip(model.unpacked(), splits.each)]
-    return by_member(found) if found[0] else {}

@@ -27,8 +27,7 @@ DynamicTanh and DynamicErf module, QK-norm ones included. results.json's `satura
 A pack whose members share their data measures every member on the same batches: the hooks sit on each
 member's own modules (a DyT layer has no packed form: the pack runs each member's own module on its slice,
 normbench/pack/layers.py's PerMember), and each number is a list with one entry per member, which the runner
-splits. Members with their own data (data.split=per_seed) are measured one at a time on their own test
-tensors (studies/default.py's `each_alone`).
+splits. Members with their own data (data.split=per_seed) each see their own test tensors in that pass.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ from torch import nn
 
 from normbench import data
 from normbench.norms.dyt import Squashing
-from normbench.pack.members import Members
+from normbench.pack.members import Members, each_member
 from normbench.train.evaluate import PassClock, evaluate
 
 THRESHOLD = math.tanh(2.0)  # |tanh(alpha x)| or |erf(alpha x + s)| above it: saturated (|alpha x| > 2 for DyT)
@@ -83,10 +82,10 @@ class Counter:
         return every, {n: (self.saturated[n] / self.seen[n] if self.seen[n] else None) for n in self.seen}
 
 
-def measure(model: nn.Module, splits: data.Splits, cfg, clock: PassClock | None = None,
+def measure(model: nn.Module, splits: data.Splits | data.MemberSplits, cfg, clock: PassClock | None = None,
             threshold: float = THRESHOLD) -> dict[str, Any]:
-    """{"saturation": ...} (above) for a model with DyT or Derf layers, after a test pass of its own; {}
-    for any other model (no pass)."""
+    """{"saturation": ...} (above) for a model with DyT or Derf layers, after a test pass of its own (each
+    member of a pack on its own test tensors, `each_member`); {} for any other model (no pass)."""
     nets = list(model.member_models) if isinstance(model, Members) else [model]
     named = [layers(net) for net in nets]
     if not named[0]:
@@ -94,7 +93,8 @@ def measure(model: nn.Module, splits: data.Splits, cfg, clock: PassClock | None 
     counters = [Counter(n, threshold) for n in named]
     try:
         with (clock or PassClock())("saturation"):
-            evaluate(model, data.batches(splits.test_x, splits.test_y, cfg.eval_batch_size))
+            evaluate(model, each_member(model, splits, lambda s: data.batches(s.test_x, s.test_y,
+                                                                               cfg.eval_batch_size)))
     finally:
         for c in counters:
             c.remove()
