@@ -210,3 +210,67 @@ def test_shipped_claims_read_tested_lengths(study):
                     assert int(length) in lengths, (claim["name"], term)
                     read += 1
     assert read >= 2  # the length claims exist: this test checks something
+
+
+@pytest.mark.parametrize("study", ["variable_length", "variable_length_transformer"])
+@pytest.mark.parametrize("scale", ["laptop", "full"])
+def test_every_study_scale_tests_the_lengths_its_claims_read(study, scale):
+    """Reference: the declared claims (the experiment's yaml) against each study job as `normbench study`
+    composes it at that scale (its sweep's overrides and the scale's, Hydra's composition): where a scale
+    tests fewer lengths (laptop: the ones the claims read), every `test_acc_by_length*.N` a claim reads in
+    that job's design is still tested."""
+    from normbench.study import jobs as joblist
+    from normbench.study import spec
+    from normbench.study.estimate import compose
+
+    plan = spec.load(study)
+    composed = [compose(list(j.overrides)) for j in joblist.study_jobs(plan, scale)]
+    read = 0
+    for claim in composed[0].claims:
+        for side in (claim["a"], claim["b"]):
+            for cfg in composed:
+                v = cfg.varlen
+                if getattr(v.batching, "value", v.batching) != side["varlen.batching"] or v.design != "length":
+                    continue
+                for term in (side.get("metric") or claim.get("metric") or "").split(" - "):
+                    if term.startswith("test_acc_by_length"):
+                        key, length = term.rsplit(".", 1)
+                        lengths = v.precise_bn_lengths if "precise_bn" in key else v.test_lengths
+                        assert int(length) in lengths, (claim["name"], term, scale)
+                        read += 1
+    assert read >= 2
+
+
+@pytest.mark.parametrize("design", ["length", "padding", pytest.param(None, marks=pytest.mark.slow)])
+def test_a_design_runs_its_own_questions_passes(tiny_cfg, design):
+    """Reference: each question's results (the length design's accuracies by length, the padding design's
+    mixed-length and padding ones) against the design that asks it; without a design, both and the
+    statistics suite. The accuracy at the images' own 28 rows is taken from the test pass: checked against
+    a pass at that length (resizing to 28 rows is the identity)."""
+    vl = VarLenConfig(enabled=True, design=design, min_len=10, max_len=28, test_lengths=[20, 28, 36],
+                      precise_bn_lengths=[28], batching="bucketed" if design == "length" else "mixed",
+                      min_step_samples=5)
+    cfg = replace(tiny_cfg, model=ModelConfig(name="rnn", hidden=16, placement="recurrent"), varlen=vl,
+                  batch_size=10)
+    splits = data.load(cfg.data, torch.device("cpu"))
+    torch.manual_seed(0)
+    net = models.create(cfg.model, norms.factory("bn"), splits.shape, 10).train()
+    for x, y, lengths in variable_length.train_batches(cfg)(splits.train_x, splits.train_y, 10, shuffle=True,
+                                                            generator=torch.Generator().manual_seed(0)):
+        net(x, lengths)
+    out = variable_length.evaluations(net.eval(), splits, cfg)
+    length_keys = {"test_acc_by_length", "test_acc_by_length_background", "test_acc_by_length_precise_bn",
+                   "test_acc_by_length_precise_bn_past"}
+    padding_keys = {"test_acc_mixed", "test_acc_heavy_pad", "test_acc_mixed_train_mode",
+                    "test_acc_heavy_pad_train_mode", "padding_shift"}
+    assert (length_keys <= set(out)) == (design in ("length", None))
+    assert not (length_keys & set(out)) or design in ("length", None)
+    assert (padding_keys <= set(out)) == (design in ("padding", None))
+    assert not (padding_keys & set(out)) or design in ("padding", None)
+    assert (out["test_acc_train_mode"] is None) == (design is not None)
+    assert (out["test_acc_precise_bn"] is None) == (design is not None)
+    if design != "padding":
+        at_28 = evaluate(net, varlen.length_batches(splits.test_x, splits.test_y, 28, cfg.eval_batch_size)).acc
+        assert out["test_acc_by_length"]["28"] == at_28 == out["test_acc"]
+        assert "test_acc_by_length.28" in out["eval_derived"]
+        assert set(out["test_acc_by_length"]) == {"20", "28", "36"}

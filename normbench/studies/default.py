@@ -129,13 +129,15 @@ BY_CONSTRUCTION = "equal by construction: no norm depends on the batch, so batch
 
 
 def evaluations(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Config, batch_fn=data.batches,
-                clock: PassClock | None = None) -> dict[str, Any]:
+                clock: PassClock | None = None, statistics: bool = True) -> dict[str, Any]:
     """The test pass and the suite above, each member of a pack on its own splits (`MemberSplits`; one
     `Splits` is every member's). Batch statistics are taken at the training batch size (what the
     norm saw in training), on the test set cut to a multiple of it; `batch_fn` makes the training batches
     that PreciseBN averages over (the study's, not augmented); `clock` times each pass by its result's name.
     A model whose norms do not depend on the batch (`batch_free`) gets its batch-statistics numbers from
-    the eval-mode passes over the same samples instead of passes of their own; `eval_derived` says which."""
+    the eval-mode passes over the same samples instead of passes of their own; `eval_derived` says which.
+    With `statistics=False` only the test and training-set accuracies run (a study whose questions ask
+    for other passes: the variable-length designs), the statistics' numbers null."""
     clock = clock or PassClock()
     splits = member_splits(model, splits)
     n_test, bs, ebs = len(splits.first.test_x), cfg.batch_size, cfg.eval_batch_size
@@ -153,6 +155,9 @@ def evaluations(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Confi
     train = on_train(n)
     with clock("train_acc"):
         out["train_acc"] = evaluate(model, each_member(model, splits, lambda s: data.batches(*train(s), ebs))).acc
+    if not statistics:
+        return {**out, "test_acc_train_mode": None, "train_acc_train_mode": None, "test_acc_precise_bn": None,
+                **saturation.measure(model, splits, cfg, clock)}
     if free:
         out["test_acc_train_mode"] = prefix_acc(correct, n_test // bs * bs)
         out["train_acc_train_mode"] = out["train_acc"]

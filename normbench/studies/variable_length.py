@@ -4,9 +4,11 @@ a random length in [varlen.min_len, varlen.max_len], batches right-padded with a
     batch_fn = train_batches(cfg)
     results.update(evaluations(model, splits, cfg))
 
-Evaluations: the small-batch study's, then accuracy per test length (also longer than any trained), on
-mixed lengths, and with each batch padded to `varlen.heavy_pad` x its longest length, each with running
-and with batch statistics. For norms with running statistics, `test_acc_by_length_precise_bn` tests each
+Evaluations: the test pass and the training-set accuracy, then each question's own passes (a run of a
+design, `varlen_design=length | padding`, runs its question's only; without one, both and the small-batch
+study's statistics suite): the length question's accuracy per test length (also longer than any trained),
+stretched and with background rows after the image; the padding question's on mixed lengths and with each
+batch padded to `varlen.heavy_pad` x its longest length, each with running and with batch statistics. For norms with running statistics, `test_acc_by_length_precise_bn` tests each
 length >= varlen.max_len after PreciseBN re-estimated the statistics on training images stretched to that
 length (every step up to it gets statistics of its own): if a norm recovers there, what it lacked past the
 trained length was statistics; if not, the cause is the dynamics. Stretching changes the images too, so
@@ -76,34 +78,61 @@ def evaluations(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Confi
     """The suite above, each member of a pack on its own splits (`MemberSplits`; one `Splits` is every
     member's): its own normalization of the test set, its own background value."""
     clock = clock or PassClock()
-    out = default.evaluations(model, splits, cfg, train_batches(cfg), clock)  # on the unresized test set
+    v = cfg.varlen
+    length_question, padding_question = v.design in (None, "length"), v.design in (None, "padding")
+    # under a design, its own question's passes only; the statistics suite on full-length images is neither's
+    out = default.evaluations(model, splits, cfg, train_batches(cfg), clock, statistics=v.design is None)
     splits = member_splits(model, splits)
-    n, bs, ebs, v = len(splits.first.test_x), cfg.batch_size, cfg.eval_batch_size, cfg.varlen
-    if bs > n:
+    if cfg.batch_size > len(splits.first.test_x):
         return out
+    derived = out.pop("eval_derived", {})  # which numbers came from another pass, and why
+    if length_question:
+        out.update(_by_length(model, splits, cfg, out["test_acc"], derived, clock))
+    if padding_question:
+        out.update(_padding(model, splits, cfg, derived, clock))
+    return out | ({"eval_derived": derived} if derived else {})
+
+
+def _by_length(model: nn.Module, splits: MemberSplits, cfg: Config, test_acc, derived: dict[str, str],
+               clock: PassClock) -> dict[str, Any]:
+    """The length question's passes: accuracy at each test length, stretched and with background rows after
+    the image, and PreciseBN at the lengths past the trained ones (norms with running statistics)."""
+    v, ebs, rows = cfg.varlen, cfg.eval_batch_size, splits.first.test_x.shape[2]
+    got: dict[str, Any] = {}
+    with clock("test_acc_by_length"):
+        got["test_acc_by_length"] = {
+            str(length): test_acc if length == rows else
+            evaluate(model, each_member(model, splits, at_length(length, ebs))).acc
+            for length in v.test_lengths
+        }
+    if rows in v.test_lengths:
+        derived[f"test_acc_by_length.{rows}"] = (f"test_acc's pass: the test images are {rows} rows long, which "
+                                                 "resizing to that length leaves as they are")
+    with clock("test_acc_by_length_background"):  # the second manipulation: background rows after the image
+        got["test_acc_by_length_background"] = {
+            str(length): evaluate(model, each_member(model, splits, background_after(length, ebs))).acc
+            for length in v.test_lengths if length > rows
+        }
+    if precise_bn.has_running_stats(model):
+        past = [length for length in (v.precise_bn_lengths or v.test_lengths) if length >= v.max_len]
+        got.update(_precise_bn_by_length(model, splits, cfg, past, clock))
+    return got
+
+
+def _padding(model: nn.Module, splits: MemberSplits, cfg: Config, derived: dict[str, str],
+             clock: PassClock) -> dict[str, Any]:
+    """The padding question's passes: mixed lengths and heavy padding, with running and with batch
+    statistics, and how far padding moves the first sequence BN's statistics (`padding_shift`)."""
+    n, bs, ebs, v = len(splits.first.test_x), cfg.batch_size, cfg.eval_batch_size, cfg.varlen
     gen = torch.Generator().manual_seed(v.test_seed)
     mixed = varlen.random_lengths(n, v.min_len, v.max_len, gen).to(splits.first.test_x.device)
-    past = [length for length in (v.precise_bn_lengths or v.test_lengths) if length >= v.max_len]
 
     def mixed_batches(batch_size: int, pad: float = 1.0, drop_last: bool = False):
         """Each member's test set at the mixed lengths, padded with its own pad value."""
         return each_member(model, splits, lambda s: varlen.padded_batches(
             s.test_x, s.test_y, mixed, batch_size, pad, drop_last, pad_value(s, cfg)))
 
-    with clock("test_acc_by_length"):
-        out["test_acc_by_length"] = {
-            str(length): evaluate(model, each_member(model, splits, at_length(length, ebs))).acc
-            for length in v.test_lengths
-        }
-    with clock("test_acc_by_length_background"):  # the second manipulation: background rows after the image
-        rows = splits.first.test_x.shape[2]
-        out["test_acc_by_length_background"] = {
-            str(length): evaluate(model, each_member(model, splits, background_after(length, ebs))).acc
-            for length in v.test_lengths if length > rows
-        }
-    if precise_bn.has_running_stats(model):
-        out.update(_precise_bn_by_length(model, splits, cfg, past, clock))
-    derived = out.setdefault("eval_derived", {})
+    out: dict[str, Any] = {}
     with clock("test_acc_mixed"):
         scores = evaluate(model, mixed_batches(ebs), per_sample=True)
         out["test_acc_mixed"], correct = scores.acc, scores.correct
@@ -123,8 +152,6 @@ def evaluations(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Confi
         with clock(f"test_acc_{name}_train_mode"):
             out[f"test_acc_{name}_train_mode"] = evaluate(model, mixed_batches(bs, pad, drop_last=True),
                                                           batch_stats=True).acc
-    if not derived:
-        out.pop("eval_derived")
     with clock("padding_shift"):
         nets, seeds = (model.unpacked(), model.seeds) if isinstance(model, Members) else ((model,), [cfg.seed])
         shifts = [padding_shift(m, s, cfg, mixed, pad_value(s, cfg), seed)

@@ -93,7 +93,11 @@ def plan(study: Study, say=print) -> list[float]:
             + (" (before any lr value widening adds)" if index == 0 else
                " (the cells of the primary claims still undecided, before widening)"))
         if index == 0:
-            for s in study.studies:
+            for s in study.studies:  # the evaluation share issue 39 holds every study to (<= 25%)
+                mine = [j for j in jobs if j.study == s.name]
+                total = sum(study.estimate(j, seeds) for j in mine)
+                share = sum(study.evaluation(j, seeds) for j in mine) / total if total else 0.0
+                say(f"  {s.name}: {len(mine)} jobs, ~{_hms(total)} of process time, {share:.0%} of it evaluation")
                 for sweep, overrides in s.sweeps_at(study.scale).items():
                     n = sum(1 for j in jobs if j.study == s.name and j.sweep == sweep)
                     say(f"  {s.name}/{sweep}: {n} job{'s' * (n > 1)}: normbench train -m {' '.join(overrides)} "

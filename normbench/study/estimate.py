@@ -50,9 +50,13 @@ class Calibration:
         return full if self.max_steps is None else min(full, self.max_steps)
 
     @property
+    def evaluation_s(self) -> float:
+        """The test suite and one validation pass an epoch (train/loop's), at the full budget."""
+        return self.suite_s + math.ceil(self.steps / max(1, self.steps_per_epoch)) * self.validation_s
+
+    @property
     def seconds(self) -> float:
-        validations = math.ceil(self.steps / max(1, self.steps_per_epoch))
-        return START_S + self.steps * self.step_s + self.suite_s + validations * self.validation_s
+        return START_S + self.steps * self.step_s + self.evaluation_s
 
 
 def signature(overrides: list[str]) -> tuple[str, ...]:

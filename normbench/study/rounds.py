@@ -131,12 +131,21 @@ class Study:
         """Seconds for `job` at `seeds`: the calibration of its sweep's first job with its model, batch size
         and training subset (its steps per epoch, so its validation passes; at round 1's seeds), scaled by the
         members (seeds x lrs)."""
+        cal, scale = self._calibration(job, seeds)
+        return cal.seconds * scale
+
+    def evaluation(self, job: joblist.Job, seeds) -> float:
+        """The seconds of `estimate` that go to evaluation (the suite and the validation passes)."""
+        cal, scale = self._calibration(job, seeds)
+        return cal.evaluation_s * scale
+
+    def _calibration(self, job: joblist.Job, seeds):
         first = protocols.round_seeds(self.proto, 0)
         same = ("model.name", "batch_size", "data.subset")
         rep = next(j for j in self.universe() if j.study == job.study and j.sweep == job.sweep
                    and all(j.config.get(k) == job.config.get(k) for k in same))
         cal = self.calibrations.get(list(rep.overrides), list(first))
-        return cal.seconds * len(seeds) / len(first) * job.members_per_seed / rep.members_per_seed
+        return cal, len(seeds) / len(first) * job.members_per_seed / rep.members_per_seed
 
     # --- training ------------------------------------------------------------------------------------------
 
