@@ -400,3 +400,25 @@ def test_bench_fixed_cost_section(tmp_path):
         (fixed["wall_s"] - fixed["train_s"] - fixed["eval_s"]) / 4)
     assert 0 < fixed["marginal_s"] < fixed["each_run_fixed_s"][0]
     assert "fixed cost per run" in (tmp_path / "bench.md").read_text()
+
+
+@pytest.mark.slow  # two trees' processes (~30 s)
+@requires_real_data
+def test_bench_study_runs_the_baseline_commits_code_beside_this_one(tmp_path):
+    """Reference: what the baseline commit (f6bd784) did with a per-seed pack, by its own code: each seed's
+    members trained as a computation of their own (2 seeds x 2 cells = 4), where this checkout trains a
+    cell's pack as one (2); the members' test accuracies are compared member by member, and the timings
+    come with their ratios. Skipped where the checkout lacks the commit (an installed package, a shallow
+    clone)."""
+    from normbench.bench import main, study
+
+    if study.checkout(study.BASELINE) is None:
+        pytest.skip(f"needs a git checkout holding {study.BASELINE}")
+    assert main(["--quick", "--sections", "study", "--out", str(tmp_path), "--data-root", "./data"]) == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())["study"]
+    assert rows["cells"] == list(study.QUICK_CELLS) and rows["members_compared"] == 8
+    assert 0 <= rows["max_test_acc_diff"] <= 0.01  # 5 steps: the same models up to float32 reordering
+    for part in ("wall (processes)", "training", "evaluation"):
+        assert rows[part]["baseline_s"] > 0 and rows[part]["this_s"] > 0 and len(rows[part]["ratios"]) == 1
+    md = (tmp_path / "bench.md").read_text()
+    assert "Computations: baseline 4, this 2." in md
