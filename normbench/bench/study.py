@@ -69,7 +69,7 @@ def command(cell: list[str], args, out: Path) -> list[str]:
             ["data.subset=10000", "data.val_size=2000", "pack.seeds=[0,1,2,3,4]"])
     return [sys.executable, "-m", "normbench", "train", "experiment=ghost_batch", *cell, "epochs=1",
             "pack.lrs=[0.025,0.05]", "data.split=per_seed", *size, "threads=1", "progress=false",
-            "tensorboard=false", f"data.root={args.data_root}", "data.download=false", "device=cpu",
+            "tensorboard=false", f"data.root={Path(args.data_root).resolve()}", "data.download=false", "device=cpu",
             f"hydra.run.dir={out}"]
 
 
@@ -85,7 +85,10 @@ def timed(tree: Path, cell: list[str], args, out: Path) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"the cell {' '.join(cell)} failed from {tree}:\n{proc.stderr[-2000:]}")
     runs = discover.find_runs(out)
-    cost = next(iter(discover.costs(runs).values()))
+    costs = discover.costs(runs)
+    if not costs:
+        raise RuntimeError(f"the cell {' '.join(cell)} completed no run from {tree} (see {out})")
+    cost = next(iter(costs.values()))
     acc = {(r.config.get("seed"), r.config.get("lr")): r.results.get("test_acc") for r in runs}
     return {"wall_s": wall, "train_s": cost["train_s"], "eval_s": cost["eval_s"],
             "computations": cost["computations"], "acc": acc}

@@ -40,6 +40,9 @@ SEQUENCE_MODELS = ("rnn", "transformer")  # they take (x, lengths) and mask what
 
 def validate(cfg: Config) -> None:
     v = cfg.varlen
+    if v.design not in (None, "length", "padding"):  # it decides which test passes run
+        raise UserError(f"varlen.design={v.design} is not a design", "use varlen_design=length or "
+                        "varlen_design=padding, or leave varlen.design null for every test pass")
     if cfg.model.name not in SEQUENCE_MODELS:
         raise UserError(f"varlen.enabled needs a sequence model, not model={cfg.model.name}",
                         "use model=rnn or model=transformer (or experiment=variable_length)")

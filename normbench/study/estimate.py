@@ -127,7 +127,7 @@ def measure(overrides: list[str], seeds: list[int]) -> Calibration:
 
 # Bumped when what a calibration measures changes, so a kept calibration.json is measured again: 2 since
 # members with their own data train as one computation (a per-seed pack was one group a seed before).
-FORMAT = 2
+FORMAT = 3  # 3: a variable-length design evaluates its own question's passes only
 
 
 class Calibrations:

@@ -316,7 +316,9 @@ def figures(s: Summary) -> dict[str, Figure]:
             out[f"ghost_batch_{t.data}_{t.model}"] = ghost_figure(t, _batch_stats_twin(s, t))
     for t in s.tables:
         if t.kind == VARLEN and t.metric == "test_acc":
-            out[f"variable_length_{t.data}_{t.model}"] = variable_length_figure(t, _batch_stats_twin(s, t))
+            design = (t.study or "").partition(" (")[2].rstrip(")")  # each design's runs its own figure
+            name = f"variable_length_{t.data}_{t.model}" + (f"_{design}" if design else "")
+            out[name] = variable_length_figure(t, _batch_stats_twin(s, t))
     for t in s.tables:
         if t.metric == "test_acc" and any(c.result.n for c in t.comparisons):
             out[f"paired_{t.slug}"] = forest_figure(t)
