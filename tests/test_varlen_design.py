@@ -124,13 +124,9 @@ def test_padding_shift_by_hand():
     assert got["padding_share"] == pytest.approx(0.5)
 
 
-def test_precise_bn_control_keeps_the_trained_steps(tiny_cfg):
-    """Reference: the control's definition: after re-estimating on images stretched to L, the steps before
-    max_len hold exactly the trained statistics (the model before PreciseBN) and the steps past it the
-    re-estimated ones (the full PreciseBN's); at L = max_len nothing is re-estimated, so the accuracy is the
-    plain test at that length."""
-    vl = VarLenConfig(enabled=True, min_len=6, max_len=10, test_lengths=[10, 14], batching="bucketed",
-                      min_step_samples=5)
+def _bn_rnn_after_one_epoch(tiny_cfg, vl: VarLenConfig):
+    """A recurrent-BN RNN (seed 0) whose running statistics saw one epoch of the tiny data's batches of
+    10 at `vl`'s lengths (training mode forward passes only): its config, splits and the model."""
     cfg = replace(tiny_cfg, model=ModelConfig(name="rnn", hidden=16, placement="recurrent"), varlen=vl,
                   batch_size=10)
     splits = data.load(cfg.data, torch.device("cpu"))
@@ -139,6 +135,17 @@ def test_precise_bn_control_keeps_the_trained_steps(tiny_cfg):
     for x, y, lengths in variable_length.train_batches(cfg)(splits.train_x, splits.train_y, 10, shuffle=True,
                                                             generator=torch.Generator().manual_seed(0)):
         net(x, lengths)
+    return cfg, splits, net
+
+
+def test_precise_bn_control_keeps_the_trained_steps(tiny_cfg):
+    """Reference: the control's definition: after re-estimating on images stretched to L, the steps before
+    max_len hold exactly the trained statistics (the model before PreciseBN) and the steps past it the
+    re-estimated ones (the full PreciseBN's); at L = max_len nothing is re-estimated, so the accuracy is the
+    plain test at that length."""
+    vl = VarLenConfig(enabled=True, min_len=6, max_len=10, test_lengths=[10, 14], batching="bucketed",
+                      min_step_samples=5)
+    cfg, splits, net = _bn_rnn_after_one_epoch(tiny_cfg, vl)
     net.eval()
     full = copy.deepcopy(net)
     from normbench.studies import default
@@ -250,14 +257,7 @@ def test_a_design_runs_its_own_questions_passes(tiny_cfg, design):
     vl = VarLenConfig(enabled=True, design=design, min_len=10, max_len=28, test_lengths=[20, 28, 36],
                       precise_bn_lengths=[28], batching="bucketed" if design == "length" else "mixed",
                       min_step_samples=5)
-    cfg = replace(tiny_cfg, model=ModelConfig(name="rnn", hidden=16, placement="recurrent"), varlen=vl,
-                  batch_size=10)
-    splits = data.load(cfg.data, torch.device("cpu"))
-    torch.manual_seed(0)
-    net = models.create(cfg.model, norms.factory("bn"), splits.shape, 10).train()
-    for x, y, lengths in variable_length.train_batches(cfg)(splits.train_x, splits.train_y, 10, shuffle=True,
-                                                            generator=torch.Generator().manual_seed(0)):
-        net(x, lengths)
+    cfg, splits, net = _bn_rnn_after_one_epoch(tiny_cfg, vl)
     out = variable_length.evaluations(net.eval(), splits, cfg)
     length_keys = {"test_acc_by_length", "test_acc_by_length_background", "test_acc_by_length_precise_bn",
                    "test_acc_by_length_precise_bn_past"}
