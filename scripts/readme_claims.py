@@ -275,8 +275,9 @@ def _cpu() -> str:
 def record(out: Path) -> None:
     """Check the `normbench study` run in `out` (scripts/reproduce.sh) into docs/results/: its joint
     summary.json, claims.csv and summary.md, run.json (the command, git shas, date, machine, seconds per
-    round, why it stopped: from out/study.json), and each study's summary.md and figures (main() then
-    rewrites the generated sections and claims.png from them)."""
+    round, why it stopped: from out/study.json), and each study's summary.md, figures and runs (every
+    member's results.json, under <study>/runs/; main() then rewrites the generated sections and claims.png
+    from them)."""
     import os
 
     src = out / "summary"
@@ -309,6 +310,10 @@ def record(out: Path) -> None:
         for f in [study / "summary" / "summary.md", *sorted((study / "summary").glob("*.png"))]:
             if not f.name.startswith("paired_"):
                 shutil.copy(f, dest / f.name)
+        for f in sorted(study.glob("r*/*/*/results.json")):  # every run: r<round>/<job>/<member>/results.json
+            copy = dest / "runs" / f.relative_to(study)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, copy)
     (RESULTS / "run.json").write_text(json.dumps(run, indent=2) + "\n")
 
 

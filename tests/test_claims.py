@@ -482,3 +482,43 @@ def test_a_seed_chooses_only_among_the_lrs_it_ran(tmp_path):
     assert s.claims[0].seeds == [0, 1, 2, 3, 4]
     assert any("seed 5 of gn at batch 2 is left without a run: no lr it ran (0.27) ran at another seed" in note
                for note in s.tables[0].notes), s.tables[0].notes
+
+
+def test_readme_claims_record_checks_the_run_in(tmp_path, monkeypatch):
+    """Reference: the layout `normbench study` writes (out/study.json, out/summary/, out/<study>/summary/,
+    out/<study>/r<round>/<job>/<member>/results.json): --record copies the joint summary, each study's
+    summary.md and figures but not its paired plots, every member's results.json under <study>/runs/, and
+    writes run.json from study.json (its command, seconds per round) and the runs (their git sha); a study
+    that has not finished is refused."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import readme_claims
+
+    out, results = tmp_path / "out", tmp_path / "results"
+    monkeypatch.setattr(readme_claims, "RESULTS", results)
+    (out / "summary").mkdir(parents=True)
+    (out / "summary" / "summary.json").write_text(json.dumps({"claims": []}))
+    (out / "summary" / "summary.md").write_text("# all\n")
+    study = out / "ghost_batch"
+    (study / "summary").mkdir(parents=True)
+    (study / "summary" / "summary.md").write_text("# ghost_batch\n")
+    for name in ("ghost_batch_fashion_mnist.png", "paired_ghost_batch_test_acc.png"):
+        (study / "summary" / name).write_bytes(b"\x89PNG")
+    members = [study / "r1" / "bn-0" / "lr=0.1,seed=0", study / "r2" / "bn-0" / "lr=0.1,seed=3"]
+    for m in members:
+        m.mkdir(parents=True)
+        (m / "results.json").write_text(json.dumps({"git_sha": "83e39ea0123", "test_acc": 0.8}))
+        (m / "checkpoint.pt").write_bytes(b"not copied")
+    state = {"studies": ["ghost_batch"], "scale": "laptop", "seconds": {"1": 100.4, "2": 50.2}, "finished": None}
+    (out / "study.json").write_text(json.dumps(state))
+    with pytest.raises(SystemExit, match="has not finished"):
+        readme_claims.record(out)
+
+    (out / "study.json").write_text(json.dumps({**state, "finished": "every primary claim decided"}))
+    readme_claims.record(out)
+    copied = sorted(str(p.relative_to(results)) for p in results.rglob("*") if p.is_file())
+    assert copied == ["ghost_batch/ghost_batch_fashion_mnist.png", "ghost_batch/runs/r1/bn-0/lr=0.1,seed=0/results.json",
+                      "ghost_batch/runs/r2/bn-0/lr=0.1,seed=3/results.json", "ghost_batch/summary.md", "run.json",
+                      "summary.json", "summary.md"]
+    run = json.loads((results / "run.json").read_text())
+    assert run["command"] == "normbench study ghost_batch scale=laptop" and run["git_sha"] == "83e39ea"
+    assert run["wall_s"] == 151 and run["stopped"] == "every primary claim decided"
