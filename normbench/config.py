@@ -254,6 +254,9 @@ class Config:
     amp: bool = False  # bf16 autocast in the training step (CUDA; works on CPU, rarely faster there)
     compile: bool = runtime(False)  # torch.compile the model (compiles for seconds to minutes; pays off on long runs)
     cudnn_benchmark: bool = runtime(True)  # CUDA only: let cuDNN time its conv algorithms once and keep the fastest
+    # validation passes over the run, spread evenly, the last epoch always (null: after every epoch); for runs of
+    # many short epochs, where a pass each epoch costs as much as the training (results.json's history has these)
+    validations: Optional[int] = runtime(None)
     eval_batch_size: int = runtime(250)  # batch size for validation and test passes (250: the CNN's and RNN's fastest here)
     log_every: int = runtime(50)  # steps between progress/TensorBoard updates (the only host syncs in the loop)
     progress: bool = runtime(True)  # rich progress bar and final table

@@ -12,7 +12,7 @@ from torch import nn
 from normbench import models, norms
 from normbench.config import Config, ModelConfig, NormConfig
 from normbench.data import Splits
-from normbench.train.loop import fit
+from normbench.train.loop import fit, validates
 from normbench.train.optim import make_optimizer, make_schedule
 from normbench.train.tracking import NullTracker
 
@@ -174,6 +174,34 @@ def test_divergence_step_is_exact(at):
     cfg = tiny_cfg(log_every=5)
     out = fit(NanAt(build(cfg), at), tiny_splits(), cfg, NullTracker(), CPU)
     assert out.status == "diverged" and out.diverged_step == out.steps == at
+
+
+@pytest.mark.parametrize("epochs,validations", [(54, 10), (10, 3), (7, 7), (3, 10), (190, 10)])
+def test_validations_spread_evenly_over_the_run(epochs, validations):
+    """Reference: the arithmetic of `validations`: min(epochs, validations) passes, the last epoch's always,
+    the k-th after epoch ceil(k x epochs / validations), so the run's last 20% (the plateau check's) has its
+    share of them."""
+    at = [e + 1 for e in range(epochs) if validates(e, epochs, validations)]
+    n = min(epochs, validations)
+    assert at == [-(-k * epochs // n) for k in range(1, n + 1)] and at[-1] == epochs
+    assert [e + 1 for e in range(epochs) if validates(e, epochs, None)] == list(range(1, epochs + 1))
+
+
+def test_fewer_validations_train_the_same_model():
+    """Reference: the same run validated after every epoch: with validations=2 of 5 epochs it trains to the
+    same weights and losses (validation reads, never trains), its history holds epochs 3 and 5 only
+    (ceil(k x 5 / 2)), with the every-epoch run's numbers, and the tracker sees those two."""
+    cfg = tiny_cfg(epochs=5)
+    every, every_model = Recorder(), build(cfg)
+    ref = fit(every_model, tiny_splits(), cfg, every, CPU)
+    fewer, fewer_model = Recorder(), build(cfg)
+    out = fit(fewer_model, tiny_splits(), replace(cfg, validations=2), fewer, CPU)
+    for p, q in zip(every_model.state_dict().values(), fewer_model.state_dict().values()):
+        assert torch.equal(p, q)
+    assert [e["epoch"] for e in out.history] == [3, 5] and out.epochs_done == 5 and out.steps == ref.steps
+    strip = lambda h: {k: v for k, v in h.items() if k != "train_samples_per_s"}  # noqa: E731
+    assert [strip(h) for h in out.history] == [strip(ref.history[2]), strip(ref.history[4])]
+    assert [e for e, _ in fewer.epochs] == [3, 5] and len(every.epochs) == 5
 
 
 def test_resume_is_bit_identical(tmp_path):

@@ -84,6 +84,7 @@ BAD_INPUTS = {
     "BN at batch size 1": ({"batch_size": 1}, ["at batch_size=1 the mlp's linear layers give it one value per "
                                                "channel", "use batch_size=2 or more", "ln, gn"]),
     "log_every < 1": ({"log_every": 0}, ["log_every must be >= 1"]),
+    "validations < 1": ({"validations": 0}, ["validations must be >= 1", "validations=null"]),
     "unknown device": ({"device": "tpu"}, ["unknown device 'tpu'"]),
     "norm undefined on layout": ({"norm": "in"}, ["in is not defined on flat features", "use ln or bn"]),
     "too many conv stages": ({"model": "cnn", "model.channels": "[8,8,8,8,8,8]"}, ["pool a 28x28 image to nothing"]),

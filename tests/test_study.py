@@ -4,6 +4,7 @@ the first look, the null trained to the last round, and nothing but the null's c
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -72,6 +73,9 @@ def test_a_calibration_counts_max_steps_alone_below_one_epoch():
     assert cal(0, 800).steps == 800
     assert cal(0, 800).seconds == pytest.approx(estimate.START_S + 8.0 + 1.0 + 54 * 0.5)  # ceil(800 / 15)
     assert cal(2, 800).steps == 30 and cal(2, None).steps == 30
+    fewer = replace(cal(0, 800), validations=10)  # train/loop.validates: min(epochs, validations) passes
+    assert fewer.evaluation_s == pytest.approx(1.0 + 10 * 0.5)
+    assert replace(cal(2, None), validations=10).evaluation_s == pytest.approx(1.0 + 2 * 0.5)
 
 
 def test_a_claim_that_reads_lr_sensitivity_on_one_side_only_is_not_widened():

@@ -5,8 +5,8 @@
     wall = schedule([seconds, ...], jobs=2)          # side by side on `jobs` workers (longest first)
 
 A job's time has two parts that scale apart (as bench section `eval` projects them): training is its steps
-x the seconds a step, evaluation is one validation pass a epoch plus one test suite that does not depend on
-how long the model trained. A calibration trains the job's own pack (the round's seeds x its lrs, packed or
+x the seconds a step, evaluation is one validation pass an epoch (or cfg.validations in all) plus one test
+suite that does not depend on how long the model trained. A calibration trains the job's own pack (the round's seeds x its lrs, packed or
 not as `pack.mode=auto` decides) for a few steps in this process, then evaluates it with its whole suite;
 every figure is measured there, only the step count is the full budget's. A sweep's first job with each
 model and batch size is calibrated, and stands for the sweep's other jobs with that model and batch size
@@ -40,6 +40,7 @@ class Calibration:
     steps_per_epoch: int
     epochs: int
     max_steps: int | None
+    validations: int | None = None  # cfg.validations: passes over the run (None: one an epoch)
 
     @property
     def steps(self) -> int:
@@ -51,8 +52,10 @@ class Calibration:
 
     @property
     def evaluation_s(self) -> float:
-        """The test suite and one validation pass an epoch (train/loop's), at the full budget."""
-        return self.suite_s + math.ceil(self.steps / max(1, self.steps_per_epoch)) * self.validation_s
+        """The test suite and the validation passes (train/loop's: one an epoch, or cfg.validations), at the
+        full budget."""
+        epochs = math.ceil(self.steps / max(1, self.steps_per_epoch))
+        return self.suite_s + min(epochs, self.validations or epochs) * self.validation_s
 
     @property
     def seconds(self) -> float:
@@ -122,12 +125,12 @@ def measure(overrides: list[str], seeds: list[int]) -> Calibration:
     validation = sum(m["eval_passes"].get("validation", 0.0) for m in share) / validations
     suite = sum(m["eval_s"] - m["eval_passes"].get("validation", 0.0) for m in share)
     return Calibration(sum(m["train_s"] for m in share) / steps, suite, validation, per_epoch, cfg.epochs,
-                       cfg.max_steps)
+                       cfg.max_steps, cfg.validations)
 
 
 # Bumped when what a calibration measures changes, so a kept calibration.json is measured again: 2 since
 # members with their own data train as one computation (a per-seed pack was one group a seed before).
-FORMAT = 3  # 3: a variable-length design evaluates its own question's passes only
+FORMAT = 4  # 3: a variable-length design evaluates its own question's passes only; 4: cfg.validations kept
 
 
 class Calibrations:

@@ -47,6 +47,15 @@ def plan_steps(cfg: Config, n_train: int) -> tuple[int, int]:
     return cfg.epochs, cfg.epochs * per_epoch
 
 
+def validates(epoch: int, epochs: int, validations: int | None) -> bool:
+    """Is there a validation pass after `epoch` (from 0) of a run's `epochs`? After every one, or with
+    `validations` (cfg.validations) below the epochs, after that many spread evenly over the run: the k-th
+    after epoch ceil(k x epochs / validations), the last epoch's always (the run's val_acc)."""
+    if validations is None or epochs <= validations:
+        return True
+    return (epoch + 1) * validations // epochs > epoch * validations // epochs
+
+
 class _Window:
     """The steps since the last log: each step's loss (per member), logits and labels stay on the device
     until `read` (the loop's one host sync)."""
@@ -106,7 +115,9 @@ def train(model: nn.Module, splits: Splits | MemberSplits, cfgs: list[Config], t
             run.train_epoch()
             if not _live(run.outs):
                 break
-            run.validate(epoch)
+            run.end_epoch(epoch)
+            if validates(epoch, run.trained_epochs, run.cfg.validations):
+                run.validate()
             if checkpoint is not None:
                 run.save([g.get_state() for g in run.shuffles])
                 if interrupts.pending() is not None:  # asked during validation: the epoch's checkpoint holds it
@@ -127,6 +138,8 @@ class _Training:
         self.cfg, self.size, self.checkpoint, self.batch_fn = cfgs[0], len(cfgs), checkpoint, batch_fn
         self.packed = isinstance(model, Members)
         self.epochs, self.total_steps = plan_steps(self.cfg, len(self.splits.first.train_x))
+        per_epoch = len(self.splits.first.train_x) // self.cfg.batch_size
+        self.trained_epochs = math.ceil(self.total_steps / per_epoch)  # the last one may stop mid-epoch (max_steps)
         norms.set_total_steps(model, self.total_steps)  # Batch Renorm's schedule is in fractions of the run
         self.opt = make_member_optimizer(model, cfgs)
         self.schedules = [make_schedule(c, self.total_steps) for c in cfgs]
@@ -193,7 +206,13 @@ class _Training:
         self.state.steps += 1
         self.state.epoch_steps += 1
 
-    def validate(self, epoch: int) -> None:
+    def end_epoch(self, epoch: int) -> None:
+        """The epoch is done: the loop's and each live member's count (what a checkpoint resumes from)."""
+        self.state.epochs_done, self.state.epoch_steps = epoch + 1, 0
+        for k in _live(self.outs):
+            self.outs[k].steps, self.outs[k].epochs_done = self.state.steps, self.state.epochs_done
+
+    def validate(self) -> None:
         """The validation pass after an epoch: each live member's history, and a non-finite loss diverges it."""
         started = time.perf_counter()
         scores = evaluate(self.model if self.packed else self.forward, each_member(
@@ -201,10 +220,8 @@ class _Training:
         val_losses, val_accs = (scores.loss, scores.acc) if self.packed else ([scores.loss], [scores.acc])
         for k in _live(self.outs):
             self.outs[k].val_seconds += time.perf_counter() - started
-        self.state.epochs_done, self.state.epoch_steps = epoch + 1, 0
         for k in _live(self.outs):
             out = self.outs[k]
-            out.steps, out.epochs_done = self.state.steps, self.state.epochs_done
             metrics = {"step": self.state.steps, "loss/val": val_losses[k], "acc/val": val_accs[k],
                        "train_samples_per_s": out.train_samples_per_s}
             out.history.append({"epoch": out.epochs_done, **metrics})

@@ -58,6 +58,8 @@ def validate(cfg: Config) -> None:
         (cfg.max_steps is None or cfg.max_steps >= 1, f"max_steps must be >= 1 (got {cfg.max_steps})",
          "set max_steps=null to train by epochs"),
         (cfg.log_every >= 1, f"log_every must be >= 1 (got {cfg.log_every})", "set log_every=50"),
+        (cfg.validations is None or cfg.validations >= 1, f"validations must be >= 1 (got {cfg.validations})",
+         "set validations=null to validate after every epoch"),
         (cfg.lr_ref_batch >= 1, f"lr_ref_batch must be >= 1 (got {cfg.lr_ref_batch})", "set lr_ref_batch=64"),
         (cfg.norm.ghost_batch is None or (cfg.norm.ghost_batch >= 1 and cfg.batch_size % cfg.norm.ghost_batch == 0),
          f"norm.ghost_batch={cfg.norm.ghost_batch} does not divide batch_size={cfg.batch_size}",
