@@ -254,6 +254,10 @@ class Config:
     amp: bool = False  # bf16 autocast in the training step (CUDA; works on CPU, rarely faster there)
     compile: bool = runtime(False)  # torch.compile the model (compiles for seconds to minutes; pays off on long runs)
     cudnn_benchmark: bool = runtime(True)  # CUDA only: let cuDNN time its conv algorithms once and keep the fastest
+    # the test-time statistics suite after training (studies/default.py: test_acc_train_mode, train_acc_train_mode,
+    # test_acc_precise_bn); false: those numbers null, for cells no claim reads them from (a CNN's cost as much
+    # as its short training)
+    statistics_suite: bool = runtime(True)
     # validation passes over the run, spread evenly, the last epoch always (null: after every epoch); for runs of
     # many short epochs, where a pass each epoch costs as much as the training (results.json's history has these)
     validations: Optional[int] = runtime(None)

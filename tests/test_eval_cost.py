@@ -45,6 +45,25 @@ def test_small_batch_suite_unchanged(tiny_cfg, float64, monkeypatch, norm, deriv
     assert _numbers(cheap) == _numbers(full)
 
 
+def test_statistics_suite_off_keeps_the_test_pass_and_nulls_the_suite(tiny_cfg, float64):
+    """Reference: the full suite on the same BN model: with statistics_suite=false the test and training-set
+    accuracies are the same numbers, the three statistics passes are null (not run: their clocks are absent)."""
+    from normbench.train.evaluate import PassClock
+
+    splits = data.load(tiny_cfg.data, torch.device("cpu"))
+    torch.manual_seed(0)
+    net = models.create(tiny_cfg.model, norms.factory("bn"), splits.shape, 10).eval()
+    cfg = replace(tiny_cfg, batch_size=7)
+    full = default.evaluations(net, splits, cfg)
+    clock = PassClock()
+    off = default.evaluations(net, splits, replace(cfg, statistics_suite=False), clock=clock)
+    suite = ("test_acc_train_mode", "train_acc_train_mode", "test_acc_precise_bn")
+    assert all(full[k] is not None for k in suite) and all(off[k] is None for k in suite)
+    assert {k: off[k] for k in ("test_acc", "test_loss", "train_acc")} == \
+        {k: full[k] for k in ("test_acc", "test_loss", "train_acc")}
+    assert not set(clock.seconds) & set(suite)
+
+
 @pytest.mark.parametrize("norm, placement", [("ln", "output"), ("rms", "output"), ("ln", "recurrent"),
                                              ("bn", "output")])
 def test_variable_length_suite_unchanged(tiny_cfg, float64, monkeypatch, norm, placement):

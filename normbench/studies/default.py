@@ -14,7 +14,8 @@ Next to `test_acc` (running statistics), for telling a norm's failure modes apar
   the model failed to fit, high there and low on test means a train/test mismatch.
 
 Each of these passes costs about as much as the test evaluation (a CNN on 2 cores: 3-5 s per 10k images),
-so the training-set accuracies use half of PreciseBN's 10k images.
+so the training-set accuracies use half of PreciseBN's 10k images. `statistics_suite=false` leaves the
+three statistics passes out (their numbers null): the studies' CNN cells, whose claims read test_acc only.
 """
 
 from __future__ import annotations
@@ -136,8 +137,9 @@ def evaluations(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Confi
     that PreciseBN averages over (the study's, not augmented); `clock` times each pass by its result's name.
     A model whose norms do not depend on the batch (`batch_free`) gets its batch-statistics numbers from
     the eval-mode passes over the same samples instead of passes of their own; `eval_derived` says which.
-    With `statistics=False` only the test and training-set accuracies run (a study whose questions ask
-    for other passes: the variable-length designs), the statistics' numbers null."""
+    With `statistics=False` or cfg.statistics_suite false, only the test and training-set accuracies run (a
+    study whose questions ask for other passes: the variable-length designs; a cell no claim reads the
+    statistics of), the statistics' numbers null."""
     clock = clock or PassClock()
     splits = member_splits(model, splits)
     n_test, bs, ebs = len(splits.first.test_x), cfg.batch_size, cfg.eval_batch_size
@@ -155,7 +157,7 @@ def evaluations(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Confi
     train = on_train(n)
     with clock("train_acc"):
         out["train_acc"] = evaluate(model, each_member(model, splits, lambda s: data.batches(*train(s), ebs))).acc
-    if not statistics:
+    if not (statistics and cfg.statistics_suite):
         return {**out, "test_acc_train_mode": None, "train_acc_train_mode": None, "test_acc_precise_bn": None,
                 **saturation.measure(model, splits, cfg, clock)}
     if free:
