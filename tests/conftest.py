@@ -19,6 +19,11 @@ REPO = Path(__file__).resolve().parents[1]
 # Where the normbench these tests import lives (site-packages in CI, the checkout in development): the
 # commands the tests start import the same one.
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(Path(normbench.__file__).resolve().parents[1])}
+# Under pytest-xdist (`pytest -n auto`: a worker per core), each worker and the commands it starts use one torch
+# thread: two 2-thread processes on 2 cores run many times slower than two 1-thread ones.
+XDIST = "PYTEST_XDIST_WORKER" in os.environ
+if XDIST:
+    CHILD_ENV["OMP_NUM_THREADS"] = "1"
 REAL_FMNIST = Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").exists()
 requires_real_data = pytest.mark.skipif(not REAL_FMNIST, reason="apt-get install dataset-fashion-mnist")
 
@@ -75,4 +80,4 @@ def normbench_cli(*args: str, cwd: Path, env: dict | None = None, timeout: int =
 
 @pytest.fixture(autouse=True)
 def _few_threads():
-    torch.set_num_threads(2)
+    torch.set_num_threads(1 if XDIST else 2)

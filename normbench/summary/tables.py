@@ -100,7 +100,8 @@ PLATEAU_SHARE, PLATEAU_POINTS, PLATEAU_EPOCHS = 0.2, 0.5, 5
 
 def plateaued(history) -> bool | None:
     """Has the run's validation accuracy flattened: do its last 20% of epochs (at least two: one epoch
-    spans nothing, so the check could not fail) span at most 0.5 points? None for fewer than 5 epochs."""
+    spans nothing, so the check could not fail) span at most 0.5 points? None for fewer than 5 epochs.
+    The epochs are those its history holds: every one, or the passes `validations` spread over the run."""
     accs = [h["acc/val"] for h in history or [] if isinstance(h.get("acc/val"), (int, float))]
     if len(accs) < PLATEAU_EPOCHS:
         return None
