@@ -179,8 +179,7 @@ def test_divergence_step_is_exact(at):
 @pytest.mark.parametrize("epochs,validations", [(54, 10), (10, 3), (7, 7), (3, 10), (190, 10)])
 def test_validations_spread_evenly_over_the_run(epochs, validations):
     """Reference: the arithmetic of `validations`: min(epochs, validations) passes, the last epoch's always,
-    the k-th after epoch ceil(k x epochs / validations), so the run's last 20% (the plateau check's) has its
-    share of them."""
+    the k-th after epoch ceil(k x epochs / validations)."""
     at = [e + 1 for e in range(epochs) if validates(e, epochs, validations)]
     n = min(epochs, validations)
     assert at == [-(-k * epochs // n) for k in range(1, n + 1)] and at[-1] == epochs

@@ -71,7 +71,7 @@ def test_layer_norm_is_the_same_in_train_and_eval(tiny_cfg, tmp_path):
     assert res["status"] == "completed"
     assert res["test_acc_train_mode"] == res["test_acc"]  # 200 test samples = 10 batches of 20
     assert res["lr_effective"] == pytest.approx(cfg.lr * 20 / 64)
-    assert res["norm_values_per_channel"] == 20
+    assert res["norm_values_per_channel"] == 20 and res["batch_dependent"] is False
 
 
 def test_variable_length_run_records_every_test(tiny_cfg, tmp_path):

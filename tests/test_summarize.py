@@ -182,6 +182,24 @@ def test_values_per_channel_panel_puts_each_cell_at_its_own_runs_count(tmp_path)
     assert xs["bn ghost_batch=2 · mlp"] == [2] and xs["bn ghost_batch=8 · mlp"] == [8]
 
 
+def test_values_per_channel_panel_keeps_rows_without_statistics_passes(tmp_path):
+    """Reference: results.json's `batch_dependent`, set by hand: BN runs with statistics_suite=false (no
+    test_acc_train_mode, as the studies' CNN cells) are still plotted in the values-per-channel panel; LN,
+    which records batch_dependent false, is not."""
+    for seed in range(3):
+        for bs in (8, 64):
+            write_run(tmp_path, f"bn_{bs}_{seed}", bs=bs, seed=seed, test_acc=0.85, norm_values_per_channel=bs,
+                      batch_dependent=True)
+            write_run(tmp_path, f"ln_{bs}_{seed}", bs=bs, seed=seed, norm="ln", test_acc=0.84,
+                      norm_values_per_channel=bs, batch_dependent=False)
+    from normbench.summary.show import plots
+
+    tables = [t for t in compute(tmp_path).tables if t.kind == "batch"]
+    assert not [t for t in tables if t.metric == "test_acc_train_mode"]
+    labels = [c.get_label() for c in plots.batch_figure(tables).axes[-1].containers]
+    assert labels == ["bn · mlp"]
+
+
 def test_every_table_states_its_budget(tmp_path):
     """Reference: the runs' own `steps` x batch_size, counted by hand: 10,000 samples at batch 2 (5,000
     steps) and at batch 8 (1,250 steps); a column whose runs differ shows the range."""
@@ -418,6 +436,13 @@ def test_plateau_criterion_by_hand():
     assert plateaued(history([0.5, 0.6, 0.7])) is None
     # 6 epochs: 20% rounds to one epoch, which spans nothing; the last two are compared (0.6 points apart)
     assert plateaued(history([0.5, 0.6, 0.7, 0.75, 0.80, 0.806])) is False
+    # validations=10 over 54 epochs (train/loop.validates: after epochs 6, 11, ..., 44, 49, 54): the passes in
+    # the last 11 epochs (> 43) are 44, 49 and 54
+    spread = [{"epoch": e, "acc/val": a} for e, a in zip([6, 11, 17, 22, 27, 33, 38, 44, 49, 54],
+                                                         [0.5, 0.6, 0.7, 0.75, 0.8, 0.82, 0.83, 0.8, 0.84, 0.844])]
+    assert plateaued(spread) is False  # 0.80 at epoch 44 is in the stretch: 4.4 points
+    assert plateaued(spread[:7] + [{"epoch": 44, "acc/val": 0.84}] + spread[8:]) is True  # 0.4 points
+    assert plateaued([{"epoch": 5, "acc/val": 0.8}, {"epoch": 10, "acc/val": 0.9}]) is None  # one pass in 9-10
     assert plateau_note([True, False, None]).endswith(": 1 of 2 runs (1 too short to check)")
 
 

@@ -84,7 +84,7 @@ def measure(study: str, overrides: list[str], args) -> dict:
     validation = sum(m["eval_passes"].get("validation", 0.0) / max(1, len(m["history"])) for m in members)  # a pass
     full_steps = epochs * (train_images // cfg.batch_size)
     step_s = sum(m["train_s"] for m in members) / r["steps"]
-    evaluation = suite + min(epochs, cfg.validations or epochs) * validation  # train/loop's passes
+    evaluation = suite + min(epochs, cfg.validations or epochs) * validation  # train/loop.validates' count
     share = evaluation / (full_steps * step_s + evaluation)
     return {"study": study, "overrides": overrides, "members": len(results), "steps": r["steps"],
             "step_ms": 1e3 * step_s, "suite_s": suite, "validation_s": validation, "epochs": epochs,

@@ -50,6 +50,8 @@ def build_tables(runs: list[Run], labels: dict[Path, str], ref: str = "bn") -> l
                 vpc = run.results.get("norm_values_per_channel")
                 if not run.varlen and isinstance(vpc, int):
                     t.values_per_channel.setdefault((labels[run.path], col), set()).add(vpc)
+                if run.results.get("batch_dependent"):
+                    t.batch_dependent.add(labels[run.path])
                 if run.varlen:
                     t.train_range = (run.config.get("varlen.min_len"), run.config.get("varlen.max_len"))
             if run.varlen:
@@ -99,13 +101,19 @@ PLATEAU_SHARE, PLATEAU_POINTS, PLATEAU_EPOCHS = 0.2, 0.5, 5
 
 
 def plateaued(history) -> bool | None:
-    """Has the run's validation accuracy flattened: do its last 20% of epochs (at least two: one epoch
-    spans nothing, so the check could not fail) span at most 0.5 points? None for fewer than 5 epochs.
-    The epochs are those its history holds: every one, or the passes `validations` spread over the run."""
-    accs = [h["acc/val"] for h in history or [] if isinstance(h.get("acc/val"), (int, float))]
-    if len(accs) < PLATEAU_EPOCHS:
+    """Has the run's validation accuracy flattened: do the passes in its last 20% of epochs (at least two
+    epochs: one epoch spans nothing, so the check could not fail) span at most 0.5 points? None for runs of
+    fewer than 5 epochs, or with fewer than two passes in that stretch (`validations` spread them thinner).
+    With a pass every epoch that is the last 20% of its history; with `validations`, the passes inside the
+    same last fifth of the run (epochs 44, 49 and 54 of 54 with validations=10)."""
+    passes = [(h.get("epoch", i + 1), h["acc/val"]) for i, h in enumerate(history or [])
+              if isinstance(h.get("acc/val"), (int, float))]
+    if not passes or passes[-1][0] < PLATEAU_EPOCHS:
         return None
-    tail = accs[-max(2, round(PLATEAU_SHARE * len(accs))):]
+    last = passes[-1][0]
+    tail = [acc for epoch, acc in passes if epoch > last - max(2, round(PLATEAU_SHARE * last))]
+    if len(tail) < 2:
+        return None
     return 100 * (max(tail) - min(tail)) <= PLATEAU_POINTS
 
 
@@ -114,7 +122,7 @@ def plateau_note(flags: list[bool | None]) -> str:
             f"{PLATEAU_POINTS:g} points")
     checked = [f for f in flags if f is not None]
     if not checked:
-        return f"{rule}: not checkable (runs of fewer than {PLATEAU_EPOCHS} epochs)"
+        return f"{rule}: not checkable (runs of fewer than {PLATEAU_EPOCHS} epochs, or one pass in that stretch)"
     return f"{rule}: {sum(checked)} of {len(checked)} runs" + (
         f" ({len(flags) - len(checked)} too short to check)" if len(checked) < len(flags) else "")
 

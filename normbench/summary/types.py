@@ -122,6 +122,7 @@ class Table:
     cols: list[str] = field(default_factory=list)  # batch sizes or test lengths
     cells: dict[tuple[str, str], Entry] = field(default_factory=dict)
     values_per_channel: dict[tuple[str, str], set[int]] = field(default_factory=dict)  # batch: cell -> the counts seen
+    batch_dependent: set[str] = field(default_factory=set)  # rows whose runs record a batch-dependent norm
     train_range: tuple[int, int] | None = None  # variable length: the trained lengths
     ref: str | None = None  # the row the comparisons are against (None: not in this table)
     comparisons: list[Comparison] = field(default_factory=list)

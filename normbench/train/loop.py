@@ -85,8 +85,8 @@ def fit(model: nn.Module, splits: Splits, cfg: Config, tracker, device: torch.de
 def train(model: nn.Module, splits: Splits | MemberSplits, cfgs: list[Config], trackers: list,
           device: torch.device, checkpoint: Path | None = None, resume: bool = False,
           batch_fn=batches) -> list[FitResult]:
-    """Train `model`'s members on `splits.train_*`, evaluating on `splits.val_*` after every epoch; one
-    result per member. A plain model is one member; a pack (`Members`) is S, member k with `cfgs[k]` (its
+    """Train `model`'s members on `splits.train_*`, evaluating on `splits.val_*` after every epoch (or after
+    the cfg.validations epochs `validates` spreads over the run); one result per member. A plain model is one member; a pack (`Members`) is S, member k with `cfgs[k]` (its
     own seed and lr, the rest shared), `trackers[k]` and its own splits (`MemberSplits`; one `Splits` is
     every member's).
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 class FitResult:
     """One member's training, as results.json records it."""
     status: str = "completed"  # completed | diverged
-    history: list[dict] = field(default_factory=list)  # one dict of metrics per epoch
+    history: list[dict] = field(default_factory=list)  # one dict of metrics per validated epoch (cfg.validations)
     steps: int = 0  # optimizer steps trained; a diverged run's is the step whose loss was non-finite
     epochs_done: int = 0
     train_seconds: float = 0.0  # time in training steps only (no evaluation)

@@ -58,7 +58,10 @@ def _series(t: Table, label: str, numeric_only: bool = True):
 
 
 def _batch_dependent(evals: Table, trains: Table | None, label: str) -> bool:
-    """Evaluating with batch statistics changed the accuracy: the norm depends on the batch."""
+    """The label's runs record a batch-dependent norm (results.json's `batch_dependent`), or, for runs from
+    before that key, evaluating with batch statistics changed the accuracy."""
+    if label in evals.batch_dependent:
+        return True
     if trains is None:
         return False
     for (row, col), cell in evals.cells.items():
