@@ -6,9 +6,10 @@ suite that does not depend on how long the model trained. So each cell below is 
 (`experiment=...` as composed by Hydra, one seed, its own lr grid as one pack) trained for a few hundred
 real steps and then evaluated with its full suite, and its full-budget share is projected:
 
-    share = (suite + epochs x one validation pass) / (steps x step seconds + that)
+    share = (suite + validation passes x one pass) / (steps x step seconds + that)
 
-with the steps of the shipped budget (epochs x training images // batch size). Every figure in it is
+with the steps of the shipped budget (epochs x training images // batch size, or max_steps where it caps
+them; train/loop.plan_steps) and its passes (one an epoch, or `validations`). Every figure in it is
 measured in the short run; only the step count is the shipped one's. The cells are each study's costliest
 to evaluate (batch-dependent norms, the longest suites), so "every run" is bounded by them.
 """
@@ -16,6 +17,7 @@ to evaluate (batch-dependent norms, the longest suites), so "every run" is bound
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -67,12 +69,16 @@ def measure(study: str, overrides: list[str], args) -> dict:
     from normbench.train import runner
     from normbench.train.device import pick_device
 
+    from normbench.train.loop import plan_steps
+
     steps = 20 if args.quick else 300
-    cfg = compose(study, overrides, args.data_root)
-    epochs = cfg.epochs
-    cfg = replace(cfg, max_steps=steps, threads=args.threads, tensorboard=False, progress=False,
-                  pack=replace(cfg.pack, seeds=[0] if cfg.pack.seeds else None))
+    shipped = compose(study, overrides, args.data_root)
+    cfg = replace(shipped, max_steps=steps, threads=args.threads, tensorboard=False, progress=False,
+                  pack=replace(shipped.pack, seeds=[0] if shipped.pack.seeds else None))
     train_images = len(data.load(cfg.data, pick_device("cpu"), seed=0).train_x)
+    # the shipped budget as the loop counts it (max_steps caps the epochs, and alone decides below 1 epoch)
+    full_steps = plan_steps(shipped, train_images)[1]
+    epochs = math.ceil(full_steps / (train_images // cfg.batch_size))
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         runner.run(cfg, Path(tmp))
@@ -82,7 +88,6 @@ def measure(study: str, overrides: list[str], args) -> dict:
     members = results if r.get("packed", {}).get("mode") == "sequential" else [r]  # whose passes add up
     suite = sum(m["eval_s"] - m["eval_passes"].get("validation", 0.0) for m in members)
     validation = sum(m["eval_passes"].get("validation", 0.0) / max(1, len(m["history"])) for m in members)  # a pass
-    full_steps = epochs * (train_images // cfg.batch_size)
     step_s = sum(m["train_s"] for m in members) / r["steps"]
     evaluation = suite + min(epochs, cfg.validations or epochs) * validation  # train/loop.validates' count
     share = evaluation / (full_steps * step_s + evaluation)
