@@ -34,7 +34,8 @@ def test_every_shipped_study_composes_and_its_jobs_hold_every_primary_claims_cel
                     assert any(j.reads([type(c)(c.name, side, side, c.expect, study=c.study)]) for j in universe), \
                         f"{study.name} at scale={scale}: no job selects {side} of {c.name!r}"
             starved = [(j.name, c.name) for c in every_claim(study) for sel in selectors(c) for j in universe
-                       if reads_statistics(sel["metric"]) and selects(sel, j.config) and not j.config["statistics_suite"]]
+                       if reads_statistics(sel["metric"]) and selects(sel, j.config)
+                       and not j.config["statistics_suite"]]
             assert starved == [], f"{study.name} at scale={scale}: statistics_suite=false where a claim reads it"
 
 

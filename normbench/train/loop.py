@@ -86,9 +86,9 @@ def train(model: nn.Module, splits: Splits | MemberSplits, cfgs: list[Config], t
           device: torch.device, checkpoint: Path | None = None, resume: bool = False,
           batch_fn=batches) -> list[FitResult]:
     """Train `model`'s members on `splits.train_*`, evaluating on `splits.val_*` after every epoch (or after
-    the cfg.validations epochs `validates` spreads over the run); one result per member. A plain model is one member; a pack (`Members`) is S, member k with `cfgs[k]` (its
-    own seed and lr, the rest shared), `trackers[k]` and its own splits (`MemberSplits`; one `Splits` is
-    every member's).
+    the cfg.validations epochs `validates` spreads over the run); one result per member. A plain model is
+    one member; a pack (`Members`) is S, member k with `cfgs[k]` (its own seed and lr, the rest shared),
+    `trackers[k]` and its own splits (`MemberSplits`; one `Splits` is every member's).
 
     Each member draws its batches from its own splits with its own generator (seeded by its seed, as its
     separate run's), the loss is the sum of the members' mean losses (so each member's gradient is its
