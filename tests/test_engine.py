@@ -394,21 +394,30 @@ def test_batches_cover_the_data_once_in_the_seeds_order(shuffle, drop_last):
 
 @requires_real_data
 @pytest.mark.slow
-def test_bench_eval_section_projects_the_measured_costs(tiny_root, tmp_path, monkeypatch):
+@pytest.mark.parametrize("study, overrides, epochs, full_steps, passes", [
+    ("ghost_batch", ["norm=bn", "norm.ghost_batch=2"], 2, 2 * (500 // 64), 2),  # 2 epochs of 500 images
+    # epochs 0, max_steps 3000 alone: ceil(3000 / 7) epochs, of which validations=10 are validated
+    ("norm_free_regime", ["norm=ln", "pack.lrs=null", "model.hidden=32"], -(-3000 // (500 // 64)), 3000, 10),
+])
+def test_bench_eval_section_projects_the_measured_costs(tiny_root, tmp_path, monkeypatch, study, overrides, epochs,
+                                                        full_steps, passes):
     """Reference: the eval section's definition (bench/eval_share.py): a short real run of the shipped
-    experiment; its suite and one validation pass (results.json's eval_passes, per epoch trained) and its
-    seconds per step, projected to the shipped budget's steps (epochs x training images // batch size)."""
+    experiment; its suite and one validation pass (results.json's eval_passes, per pass made) and its
+    seconds per step, projected to the shipped budget's steps and passes as train/loop counts them
+    (plan_steps: epochs x training images // batch size, or max_steps alone; validates: cfg.validations)."""
     from normbench.bench import eval_share, main
 
-    monkeypatch.setattr(eval_share, "CELLS", [("ghost_batch", ["norm=bn", "norm.ghost_batch=2", "data.val_size=100"])])
+    monkeypatch.setattr(eval_share, "CELLS", [(study, [*overrides, "data.val_size=100"])])
     assert main(["--quick", "--sections", "eval", "--data-root", str(tiny_root), "--out", str(tmp_path)]) == 0
     (row,) = json.loads((tmp_path / "bench.json").read_text())["eval"]
-    assert row["members"] == 5 and row["epochs"] == 2 and row["full_steps"] == 2 * (500 // 64)
-    assert row["steps"] == min(20, row["full_steps"])  # the quick run: 20 steps, or the whole 2 epochs
-    passes = row["passes"]
-    assert row["suite_s"] == pytest.approx(sum(v for k, v in passes.items() if k != "validation"))
-    assert {"test", "test_acc_train_mode", "test_acc_precise_bn"} <= set(passes)
-    evaluation = row["suite_s"] + row["epochs"] * row["validation_s"]
+    assert (row["epochs"], row["full_steps"], row["validations"]) == (epochs, full_steps, passes)
+    assert row["steps"] == min(20, row["full_steps"])  # the quick run: 20 steps, or the whole budget
+    passes_s = row["passes"]
+    assert row["suite_s"] == pytest.approx(sum(v for k, v in passes_s.items() if k != "validation"))
+    assert "test" in passes_s
+    if study == "ghost_batch":
+        assert row["members"] == 5 and {"test_acc_train_mode", "test_acc_precise_bn"} <= set(passes_s)
+    evaluation = row["suite_s"] + passes * row["validation_s"]
     assert row["share"] == pytest.approx(evaluation / (row["full_steps"] * row["step_ms"] / 1e3 + evaluation))
     assert "Evaluation's share of the shipped studies' runs" in (tmp_path / "bench.md").read_text()
 

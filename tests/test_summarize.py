@@ -443,7 +443,7 @@ def test_plateau_criterion_by_hand():
     assert plateaued(spread) is False  # 0.80 at epoch 44 is in the stretch: 4.4 points
     assert plateaued(spread[:7] + [{"epoch": 44, "acc/val": 0.84}] + spread[8:]) is True  # 0.4 points
     assert plateaued([{"epoch": 5, "acc/val": 0.8}, {"epoch": 10, "acc/val": 0.9}]) is None  # one pass in 9-10
-    assert plateau_note([True, False, None]).endswith(": 1 of 2 runs (1 too short to check)")
+    assert plateau_note([True, False, None]).endswith(": 1 of 2 runs (1 not checkable)")
 
 
 @pytest.mark.parametrize("split, computations", [("per_seed", 2), ("fixed", 1)])

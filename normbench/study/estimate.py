@@ -4,15 +4,15 @@
     seconds = projected(cal, job_overrides)          # the job at its full budget
     wall = schedule([seconds, ...], jobs=2)          # side by side on `jobs` workers (longest first)
 
-A job's time has two parts that scale apart (as bench section `eval` projects them): training is its steps
-x the seconds a step, evaluation is one validation pass an epoch (or cfg.validations in all) plus one test
+A job's time has two parts that scale apart (as bench section `eval` projects them): training is its steps x
+the seconds a step, evaluation is one validation pass an epoch (or cfg.validations in all) plus one test
 suite that does not depend on how long the model trained. A calibration trains the job's own pack (the
 round's seeds x its lrs, packed or not as `pack.mode=auto` decides) for a few steps in this process, then
-evaluates it with its whole suite; every figure is measured there, only the step count is the full budget's. A sweep's first job with each
-model and batch size is calibrated, and stands for the sweep's other jobs with that model and batch size
-(scaled by their members: the norm, ghost batch or placement they differ in is not measured apart; the
-estimate's error is that). Calibrations are kept in the study's folder (`calibration.json`), so planning
-again, or resuming, does not repeat them.
+evaluates it with its whole suite; every figure is measured there, only the step count is the full budget's.
+A sweep's first job with each model and batch size is calibrated, and stands for the sweep's other jobs with
+that model and batch size (scaled by their members: the norm, ghost batch or placement they differ in is not
+measured apart; the estimate's error is that). Calibrations are kept in the study's folder
+(`calibration.json`), so planning again, or resuming, does not repeat them.
 """
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ def plateau_note(flags: list[bool | None]) -> str:
     if not checked:
         return f"{rule}: not checkable (runs of fewer than {PLATEAU_EPOCHS} epochs, or one pass in that stretch)"
     return f"{rule}: {sum(checked)} of {len(checked)} runs" + (
-        f" ({len(flags) - len(checked)} too short to check)" if len(checked) < len(flags) else "")
+        f" ({len(flags) - len(checked)} not checkable)" if len(checked) < len(flags) else "")
 
 
 def _mean(values: list) -> float | None:

@@ -204,7 +204,7 @@ def _plateau(runs: list[Run]) -> tuple[bool | None, str]:
         return False, ""
     return True, (f"budget-limited: {moving} of {len(checked)} runs it reads had not plateaued (validation accuracy "
                   f"still moving over their last epochs)" +
-                  (f", {len(flags) - len(checked)} too short to check (< {PLATEAU_EPOCHS} epochs)"
+                  (f", {len(flags) - len(checked)} not checkable (< {PLATEAU_EPOCHS} epochs, or one pass in the last 20%)"
                    if len(checked) < len(flags) else ""))
 
 
