@@ -57,7 +57,7 @@ def test_statistics_suite_off_keeps_the_test_pass_and_nulls_the_suite(tiny_cfg, 
     full = default.evaluations(net, splits, cfg)
     clock = PassClock()
     off = default.evaluations(net, splits, replace(cfg, statistics_suite=False), clock=clock)
-    suite = ("test_acc_train_mode", "train_acc_train_mode", "test_acc_precise_bn")
+    suite = default.STATISTICS
     assert all(full[k] is not None for k in suite) and all(off[k] is None for k in suite)
     assert {k: off[k] for k in ("test_acc", "test_loss", "train_acc")} == \
         {k: full[k] for k in ("test_acc", "test_loss", "train_acc")}

@@ -11,6 +11,7 @@ import yaml
 from conftest import normbench_cli, requires_real_data
 
 from normbench.errors import UserError
+from normbench.studies.default import STATISTICS
 from normbench.study import command, estimate, jobs, spec
 from normbench.study.rounds import open_after, primary_claims
 from normbench.summary.verdicts import selects
@@ -37,9 +38,6 @@ def test_every_shipped_study_composes_and_its_jobs_hold_every_primary_claims_cel
                        if reads_statistics(sel["metric"]) and selects(sel, j.config)
                        and not j.config["statistics_suite"]]
             assert starved == [], f"{study.name} at scale={scale}: statistics_suite=false where a claim reads it"
-
-
-STATISTICS = ("test_acc_train_mode", "train_acc_train_mode", "test_acc_precise_bn")  # studies/default.py's suite
 
 
 def reads_statistics(metric: str) -> bool:

@@ -68,8 +68,7 @@ def measure(study: str, overrides: list[str], args) -> dict:
     from normbench import data
     from normbench.train import runner
     from normbench.train.device import pick_device
-
-    from normbench.train.loop import plan_steps
+    from normbench.train.loop import plan_steps, validation_passes
 
     steps = 20 if args.quick else 300
     shipped = compose(study, overrides, args.data_root)
@@ -89,7 +88,7 @@ def measure(study: str, overrides: list[str], args) -> dict:
     suite = sum(m["eval_s"] - m["eval_passes"].get("validation", 0.0) for m in members)
     validation = sum(m["eval_passes"].get("validation", 0.0) / max(1, len(m["history"])) for m in members)  # a pass
     step_s = sum(m["train_s"] for m in members) / r["steps"]
-    passes = min(epochs, cfg.validations or epochs)  # train/loop.validates' count
+    passes = validation_passes(full_steps, train_images // cfg.batch_size, cfg.validations)
     evaluation = suite + passes * validation
     share = evaluation / (full_steps * step_s + evaluation)
     return {"study": study, "overrides": overrides, "members": len(results), "steps": r["steps"],

@@ -36,6 +36,7 @@ from normbench.studies import precise_bn, saturation
 from normbench.train.evaluate import PassClock, evaluate
 from normbench.train.norm_modes import can_split_statistics, split_statistics
 
+STATISTICS = ("test_acc_train_mode", "train_acc_train_mode", "test_acc_precise_bn")  # statistics_suite's passes
 PRECISE_SAMPLES = precise_bn.DEFAULT_SAMPLES  # training images PreciseBN averages over (10k)
 TRAIN_SAMPLES = 5_000  # training images for the training-set accuracies
 
@@ -158,8 +159,7 @@ def evaluations(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Confi
     with clock("train_acc"):
         out["train_acc"] = evaluate(model, each_member(model, splits, lambda s: data.batches(*train(s), ebs))).acc
     if not (statistics and cfg.statistics_suite):
-        return {**out, "test_acc_train_mode": None, "train_acc_train_mode": None, "test_acc_precise_bn": None,
-                **saturation.measure(model, splits, cfg, clock)}
+        return {**out, **dict.fromkeys(STATISTICS), **saturation.measure(model, splits, cfg, clock)}
     if free:
         out["test_acc_train_mode"] = prefix_acc(correct, n_test // bs * bs)
         out["train_acc_train_mode"] = out["train_acc"]

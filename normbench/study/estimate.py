@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import math
 import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
@@ -54,8 +53,10 @@ class Calibration:
     def evaluation_s(self) -> float:
         """The test suite and the validation passes (train/loop's: one an epoch, or cfg.validations), at the
         full budget."""
-        epochs = math.ceil(self.steps / max(1, self.steps_per_epoch))
-        return self.suite_s + min(epochs, self.validations or epochs) * self.validation_s
+        from normbench.train.loop import validation_passes
+
+        passes = validation_passes(self.steps, self.steps_per_epoch, self.validations)
+        return self.suite_s + passes * self.validation_s
 
     @property
     def seconds(self) -> float:

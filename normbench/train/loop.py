@@ -56,6 +56,12 @@ def validates(epoch: int, epochs: int, validations: int | None) -> bool:
     return (epoch + 1) * validations // epochs > epoch * validations // epochs
 
 
+def validation_passes(steps: int, per_epoch: int, validations: int | None) -> int:
+    """How many passes `validates` makes over a run of `steps` steps (the last epoch may stop mid-way)."""
+    epochs = math.ceil(steps / max(1, per_epoch))
+    return min(epochs, validations or epochs)
+
+
 class _Window:
     """The steps since the last log: each step's loss (per member), logits and labels stay on the device
     until `read` (the loop's one host sync)."""

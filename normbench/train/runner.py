@@ -116,7 +116,7 @@ def build_model(cfg: Config, make: norms.NormFactory, splits: data.Splits, devic
     values, layouts = models.norm_values_per_channel(model, splits.train_x[:cfg.batch_size])
     guards.check_batch_statistics(cfg, values, layouts)
     results.update(device=str(device), torch_threads=torch.get_num_threads(), norm_values_per_channel=values,
-                   batch_dependent=any(norms.is_batch_dependent(m) for m in model.modules()),
+                   batch_dependent=not studies.default.batch_free(model),
                    lr_effective=scaled_lr(cfg))
     return model
 
