@@ -111,6 +111,22 @@ def test_a_study_trains_and_reads_the_subtracted_cells(tmp_path):
     assert verdicts._not_run(c, [r for r in runs if r.config["batch_size"] == 2], [0, 1]) == [0, 1]
 
 
+def test_what_a_claim_reads_cell_by_cell():
+    """Reference: the declaration written out by hand: each side and each `minus` is a cell read with its
+    own metric (a side's or the claim's), and the results.json keys a metric reads are its terms' first
+    names, the forms metrics.read documents (a dotted path, a difference, a late-epochs mean)."""
+    (c,) = claims.parse([{**DID, "metric": "test_acc_train_mode",
+                          "b": {**DID["b"], "metric": "history[-3:].acc/val"}}], "test")
+    assert c.readings() == [
+        {"norm.name": "bn", "batch_size": 2, "metric": "test_acc_train_mode"},
+        {"norm.name": "bn", "batch_size": 32, "metric": "test_acc_train_mode"},
+        {"norm.name": "gn", "batch_size": 2, "metric": "history[-3:].acc/val"},
+        {"norm.name": "gn", "batch_size": 32, "metric": "history[-3:].acc/val"}]
+    assert metrics.keys("test_acc_by_length.42 - test_acc_by_length_precise_bn.28") == \
+        {"test_acc_by_length", "test_acc_by_length_precise_bn"}
+    assert metrics.keys("history[-3:].acc/val") == {"history"} and metrics.keys("test_acc") == {"test_acc"}
+
+
 def test_how_the_claim_is_shown():
     """Reference: the wording summarize and the generated docs use: (a − a′) − (b − b′) for the hypothesis,
     each side as its cell minus the cell it subtracts."""

@@ -13,7 +13,8 @@ from conftest import normbench_cli, requires_real_data
 from normbench.errors import UserError
 from normbench.studies.default import STATISTICS
 from normbench.study import command, estimate, jobs, spec
-from normbench.study.rounds import open_after, primary_claims
+from normbench.study.rounds import declared_claims, open_after, primary_claims
+from normbench.summary import metrics
 from normbench.summary.verdicts import selects
 from normbench.summary import protocol as protocols
 
@@ -34,30 +35,10 @@ def test_every_shipped_study_composes_and_its_jobs_hold_every_primary_claims_cel
                 for side in (c.a, c.b):
                     assert any(j.reads([type(c)(c.name, side, side, c.expect, study=c.study)]) for j in universe), \
                         f"{study.name} at scale={scale}: no job selects {side} of {c.name!r}"
-            starved = [(j.name, c.name) for c in every_claim(study) for sel in selectors(c) for j in universe
-                       if reads_statistics(sel["metric"]) and selects(sel, j.config)
+            starved = [(j.name, c.name) for c in declared_claims(study) for sel in c.readings() for j in universe
+                       if metrics.keys(sel["metric"]) & set(STATISTICS) and selects(sel, j.config)
                        and not j.config["statistics_suite"]]
             assert starved == [], f"{study.name} at scale={scale}: statistics_suite=false where a claim reads it"
-
-
-def reads_statistics(metric: str) -> bool:
-    """Does a claim's metric ('x', 'x.key', 'x - y': summary/metrics.read's forms) read a statistics number?"""
-    return any(term.strip().split(".")[0].split("[")[0] in STATISTICS for term in metric.split(" - "))
-
-
-def every_claim(study):
-    from normbench.summary.claims import parse
-
-    path = spec.EXPERIMENTS / f"{study.experiment}.yaml"
-    return parse(yaml.safe_load(path.read_text()).get("claims"), str(path), study.experiment)
-
-
-def selectors(c):
-    """Each cell a claim reads, with the metric it reads there (a side's own, or the claim's)."""
-    for side in (c.a, c.b):
-        yield {**{k: v for k, v in side.items() if k != "minus"}, "metric": c.metric_of(side)}
-        if c.minus_of(side) is not None:
-            yield c.minus_of(side)
 
 
 def test_study_settings_fail_in_one_line():

@@ -69,15 +69,20 @@ class State:
         return sum(self.seconds.values())
 
 
-def primary_claims(study: spec.Study):
-    """The primary claims `study`'s experiment declares (claims.parse, as summarize reads them)."""
+def declared_claims(study: spec.Study):
+    """Every claim `study`'s experiment declares, primary and exploratory (claims.parse, as summarize reads
+    them)."""
     import yaml
 
     from normbench.summary.claims import parse
 
     path = spec.EXPERIMENTS / f"{study.experiment}.yaml"
-    raw = yaml.safe_load(path.read_text()).get("claims")
-    return [c for c in parse(raw, str(path), study.experiment) if c.role == "primary"]
+    return parse(yaml.safe_load(path.read_text()).get("claims"), str(path), study.experiment)
+
+
+def primary_claims(study: spec.Study):
+    """The primary claims `study`'s experiment declares: the protocol's family."""
+    return [c for c in declared_claims(study) if c.role == "primary"]
 
 
 def open_after(results, look_index: int) -> set[tuple[str, str]]:

@@ -77,6 +77,16 @@ class Claim:
         minus = side.get(MINUS)
         return None if minus is None else {**minus, "metric": minus.get("metric", self.metric_of(side))}
 
+    def readings(self) -> list[dict[str, Any]]:
+        """Each cell the claim reads with the metric it reads there (`metric`): a side's own or the claim's,
+        and each side's `minus`."""
+        out = []
+        for side in (self.a, self.b):
+            out.append({**{k: v for k, v in side.items() if k != MINUS}, "metric": self.metric_of(side)})
+            if (minus := self.minus_of(side)) is not None:
+                out.append(minus)
+        return out
+
     def selectors(self) -> list[dict[str, Any]]:
         """Every cell's selector the claim reads (a, a's minus, b, b's minus), without metric and minus:
         what a study trains for it and where its lr choices are read."""

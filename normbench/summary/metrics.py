@@ -64,6 +64,12 @@ def read(results: dict[str, Any], path: str) -> float | None:
     return out if out is not None and math.isfinite(out) else None  # NaN: missing, not a number to test
 
 
+def keys(metric: str) -> set[str]:
+    """The top-level results.json keys a metric reads ('test_acc_by_length.42 - test_acc_by_length.28' ->
+    {'test_acc_by_length'}, 'history[-3:].acc/val' -> {'history'})."""
+    return {term.strip().split(".")[0].split("[")[0] for term in metric.split(" - ")}
+
+
 def is_accuracy(metric: str) -> bool:
     """Is every term of the metric an accuracy (which has a chance level)?"""
     return all("acc" in term for term in metric.split(" - "))
