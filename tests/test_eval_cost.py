@@ -1,6 +1,7 @@
 """Evaluation that costs little computes the same numbers: the passes a model's norms make equal by
-construction (batch statistics of batch-free norms, padding past a causal RNN's last real step) are
-derived from the eval-mode passes; the reference is the full suite with every pass run, in float64."""
+construction (batch statistics of batch-free norms, padding past a causal RNN's last real step or behind a
+Transformer's mask, masked statistics at any padding) are derived from the passes that equal them; the
+reference is the full suite with every pass run, in float64."""
 
 from dataclasses import replace
 
@@ -9,7 +10,9 @@ import torch
 
 from normbench import data, models, norms
 from normbench.config import ModelConfig, VarLenConfig
+from normbench.data import varlen
 from normbench.studies import default, variable_length
+from normbench.train.norm_modes import batch_statistics
 
 
 @pytest.fixture
@@ -23,6 +26,7 @@ def _full_suite(monkeypatch):
     """The suite with no pass derived: every number from a pass of its own (today's reference)."""
     monkeypatch.setattr(default, "batch_free", lambda model: False)
     monkeypatch.setattr(variable_length, "per_token", lambda model, names: False)
+    monkeypatch.setattr(variable_length, "masks_padding", lambda model: False)
 
 
 def _numbers(out: dict) -> dict:
@@ -64,29 +68,54 @@ def test_statistics_suite_off_keeps_the_test_pass_and_nulls_the_suite(tiny_cfg, 
     assert not set(clock.seconds) & set(suite)
 
 
-@pytest.mark.parametrize("norm, placement", [("ln", "output"), ("rms", "output"), ("ln", "recurrent"),
-                                             ("bn", "output")])
-def test_variable_length_suite_unchanged(tiny_cfg, float64, monkeypatch, norm, placement):
+HEAVY, MIXED_TM, HEAVY_TM = "test_acc_heavy_pad", "test_acc_mixed_train_mode", "test_acc_heavy_pad_train_mode"
+
+
+@pytest.mark.parametrize("model, norm, masked, placement, derived", [
+    ("rnn", "ln", None, "output", {HEAVY, MIXED_TM, HEAVY_TM}),
+    ("rnn", "rms", None, "output", {HEAVY, MIXED_TM, HEAVY_TM}),
+    ("rnn", "ln", None, "recurrent", {HEAVY, MIXED_TM, HEAVY_TM}),
+    ("rnn", "bn", True, "output", {HEAVY, HEAVY_TM}),
+    ("rnn", "bn", True, "input", {HEAVY, HEAVY_TM}),
+    ("rnn", "bn", False, "output", {HEAVY}),
+    ("rnn", "pn", True, "output", {HEAVY, MIXED_TM, HEAVY_TM}),
+    ("transformer", "bn", True, "pre", {HEAVY, HEAVY_TM}),
+    ("transformer", "bn", False, "pre", {HEAVY}),
+    ("transformer", "pn", True, "pre", {HEAVY, MIXED_TM, HEAVY_TM}),
+])
+def test_variable_length_suite_unchanged(tiny_cfg, float64, monkeypatch, model, norm, masked, placement, derived):
     """Reference: the full variable-length suite in float64 on the same model: heavy padding's running-
-    statistics accuracy equals the mixed test's (a causal RNN, per-token norms in eval mode: BN too), and a
-    batch-free model's batch-statistics columns equal its eval-mode ones; every number as the full suite's."""
+    statistics accuracy equals the mixed test's (a causal RNN or a Transformer's masked attention and
+    pooling, per-token norms in eval mode: BN too); a batch-free model's batch-statistics columns (PowerNorm's:
+    its forward divides by running statistics) equal its eval-mode ones; masked BN's batch statistics at
+    heavy padding equal them at the mixed test's (padding enters no statistics); naive BN runs both. Every
+    number as the full suite's."""
     vl = VarLenConfig(enabled=True, min_len=6, max_len=10, test_lengths=[8, 10, 14], heavy_pad=2.5)
-    cfg = replace(tiny_cfg, model=ModelConfig(name="rnn", hidden=12, placement=placement), varlen=vl, batch_size=8)
+    cfg = replace(tiny_cfg, model=ModelConfig(name=model, hidden=12 if model == "rnn" else 16, placement=placement,
+                                              depth=1 if model == "rnn" else 2),
+                  norm=replace(tiny_cfg.norm, name=norm, masked=masked), varlen=vl, batch_size=8)
     splits = data.load(cfg.data, torch.device("cpu"))
     torch.manual_seed(0)
-    net = models.create(cfg.model, norms.factory(norm), splits.shape, 10).train()
+    net = models.create(cfg.model, norms.factory(norm, **({} if masked is None else {"masked": masked})),
+                        splits.shape, 10).train()
     for x, y, lengths in variable_length.train_batches(cfg)(splits.train_x, splits.train_y, 8, shuffle=True,
                                                             generator=torch.Generator().manual_seed(0)):
         net(x, lengths)  # running statistics for BN
     net.eval()
     cheap = variable_length.evaluations(net, splits, cfg)
-    assert "test_acc_heavy_pad" in cheap["eval_derived"]
-    assert ("test_acc_mixed_train_mode" in cheap["eval_derived"]) == (norm != "bn")
+    assert set(cheap["eval_derived"]) & {HEAVY, MIXED_TM, HEAVY_TM} == derived
     with monkeypatch.context() as m:
         _full_suite(m)
         full = variable_length.evaluations(net, splits, cfg)
     assert "eval_derived" not in full
     assert _numbers(cheap) == _numbers(full)
+    # the control: with batch statistics, heavy padding moves a naive BN's answers, not a masked one's
+    lengths = varlen.random_lengths(len(splits.test_x), vl.min_len, vl.max_len, torch.Generator().manual_seed(0))
+    (x1, _, n), (x3, _, _) = (next(varlen.padded_batches(splits.test_x, splits.test_y, lengths, 8, pad))
+                              for pad in (1.0, vl.heavy_pad))
+    with torch.no_grad(), batch_statistics(net):
+        moved = (net(x1, n) - net(x3, n)).abs().max().item()
+    assert (moved > 1e-6) == (HEAVY_TM not in derived), moved
 
 
 @pytest.mark.parametrize("samples", [50, 10_000])  # fewer training images than there are, and more (all)

@@ -8,11 +8,13 @@ Evaluations: the test pass and the training-set accuracy, then each question's o
 design, `varlen_design=length | padding`, runs its question's only; without one, both and the small-batch
 study's statistics suite): the length question's accuracy per test length (also longer than any trained),
 stretched and with background rows after the image; the padding question's on mixed lengths and with each
-batch padded to `varlen.heavy_pad` x its longest length, each with running and with batch statistics. For norms with running statistics, `test_acc_by_length_precise_bn` tests each
-length >= varlen.max_len after PreciseBN re-estimated the statistics on training images stretched to that
-length (every step up to it gets statistics of its own): if a norm recovers there, what it lacked past the
-trained length was statistics; if not, the cause is the dynamics. Stretching changes the images too, so
-read it against `none`'s drop over the same lengths.
+batch padded to `varlen.heavy_pad` x its longest length, each with running and with batch statistics (a
+column equal to another by construction is that one's pass: `eval_derived`). For norms with running
+statistics, `test_acc_by_length_precise_bn` tests each length >= varlen.max_len after PreciseBN
+re-estimated the statistics on training images stretched to that length (every step up to it gets
+statistics of its own): if a norm recovers there, what it lacked past the trained length was statistics;
+if not, the cause is the dynamics. Stretching changes the images too, so read it against `none`'s drop
+over the same lengths.
 """
 
 from __future__ import annotations
@@ -146,11 +148,16 @@ def _padding(model: nn.Module, splits: MemberSplits, cfg: Config, derived: dict[
         with clock("test_acc_heavy_pad"):
             out["test_acc_heavy_pad"] = evaluate(model, mixed_batches(ebs, v.heavy_pad)).acc
     padding_free = default.batch_free(model) and per_token(model, PER_TOKEN)  # batch statistics too
+    blind = masks_padding(model)  # batch statistics over real tokens only: the same batches, any padding
     for name, pad in (("mixed", 1.0), ("heavy_pad", v.heavy_pad)):
         if padding_free:
             out[f"test_acc_{name}_train_mode"] = default.prefix_acc(correct, n // bs * bs)
             derived[f"test_acc_{name}_train_mode"] = default.BY_CONSTRUCTION + "; " + PADDING_FREE + \
                 " (test_acc_mixed's pass, cut to whole batches)"
+            continue
+        if name == "heavy_pad" and blind:
+            out["test_acc_heavy_pad_train_mode"] = out["test_acc_mixed_train_mode"]
+            derived["test_acc_heavy_pad_train_mode"] = MASKED + " (test_acc_mixed_train_mode's pass: the same batches)"
             continue
         with clock(f"test_acc_{name}_train_mode"):
             out[f"test_acc_{name}_train_mode"] = evaluate(model, mixed_batches(bs, pad, drop_last=True),
@@ -200,14 +207,35 @@ def _precise_bn_by_length(model: nn.Module, splits: MemberSplits, cfg: Config, l
     return out
 
 
-# Norms whose output at a token never reads another token (per token, or a reparameterized weight), and,
-# in eval mode, BN and Batch Renorm too (affine maps of their running statistics). In a causal RNN that
-# classifies from each sequence's last real step, or a Transformer that masks padded keys and pools the real
-# tokens only, padding after a sequence then cannot change its answer.
-PER_TOKEN = frozenset({"ln", "rms", "gn", "frn", "wn", "cn"})
+# Norms whose output at a token never reads another token (per token, a reparameterized weight, or PowerNorm,
+# whose forward divides by its running quadratic mean in both modes), and, in eval mode, BN and Batch Renorm
+# too (affine maps of their running statistics). In a causal RNN that classifies from each sequence's last
+# real step, or a Transformer that masks padded keys and pools the real tokens only, padding after a
+# sequence then cannot change its answer.
+PER_TOKEN = frozenset({"ln", "rms", "gn", "frn", "wn", "cn", "pn"})
 RUNNING_PER_TOKEN = PER_TOKEN | {"bn", "brn"}
 PADDING_FREE = ("padding after a sequence's last real step cannot reach its answer (a causal RNN, or a "
                 "Transformer's masked attention and pooling; norms per token)")
+
+
+MASKED = ("padding enters no norm's statistics (norm.masked), nor a causal RNN's answer or a Transformer's "
+          "masked attention and pooling")
+
+
+def masks_padding(model: nn.Module) -> bool:
+    """Is every norm of the model (of each member of a pack) per token (PER_TOKEN) or a norm on whole
+    sequences whose statistics cover real tokens only (norm.masked)? Then a batch's answers with batch
+    statistics are the same at any padding. A model with recurrent BN's per-step copies is not counted: each
+    step's statistics are its own question (cells.StepNorm)."""
+    for net in model.member_models if isinstance(model, Members) else (model,):
+        steps = {id(m) for s in net.modules() if isinstance(s, cells.StepNorm) for m in [s.norm, *s.steps]}
+        for m in net.modules():
+            name, layout = getattr(m, TAG, (None, None))
+            if name is None or name in PER_TOKEN:
+                continue
+            if not (layout == "seq" and getattr(m, "masked", False) is True and id(m) not in steps):
+                return False
+    return True
 
 
 def per_token(model: nn.Module, names: frozenset[str]) -> bool:
