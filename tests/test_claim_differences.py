@@ -7,7 +7,6 @@ import itertools
 import statistics
 
 import pytest
-import yaml
 from scipy import stats as scipy_stats
 from test_summarize import write_run
 
@@ -182,10 +181,10 @@ def test_every_cell_a_claim_reads_is_in_its_studys_plan():
     cells a side subtracts included) is selected by a job of the study's sweeps, so `normbench study` trains
     what the claim reads; at quick scale, every primary claim's cells."""
     from normbench.study import jobs, spec
+    from normbench.study.rounds import declared_claims
 
     for study in spec.resolve(list(OWNED)):
-        raw = yaml.safe_load((spec.EXPERIMENTS / f"{study.name}.yaml").read_text())["claims"]
-        declared = claims.parse(raw, study.name, study.name)
+        declared = declared_claims(study)
         for scale in ("quick", "laptop"):
             configs = [j.config for j in jobs.study_jobs(study, scale)]
             for c in declared:

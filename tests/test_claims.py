@@ -273,9 +273,11 @@ def test_bad_claims_file_exits_2_with_one_line(tmp_path):
 def test_shipped_experiments_declare_valid_claims():
     """Reference: the config schema (claims.parse refuses unknown keys, expectations and missing margins):
     every shipped study declares claims, each one valid, and each side names the norm it selects."""
+    from normbench.study import spec
+    from normbench.study.rounds import declared_claims
+
     for name in ("small_batch", "ghost_batch", "variable_length"):
-        raw = yaml.safe_load((REPO / "normbench" / "configs" / "experiment" / f"{name}.yaml").read_text())["claims"]
-        parsed = claims.parse(raw, name, name)
+        parsed = declared_claims(spec.load(name))
         assert len(parsed) >= 5
         assert all("norm.name" in c.a and "norm.name" in c.b for c in parsed)
 

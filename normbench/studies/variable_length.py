@@ -157,7 +157,8 @@ def _padding(model: nn.Module, splits: MemberSplits, cfg: Config, derived: dict[
             continue
         if name == "heavy_pad" and blind:
             out["test_acc_heavy_pad_train_mode"] = out["test_acc_mixed_train_mode"]
-            derived["test_acc_heavy_pad_train_mode"] = MASKED + " (test_acc_mixed_train_mode's pass: the same batches)"
+            derived["test_acc_heavy_pad_train_mode"] = MASKED + " (test_acc_mixed_train_mode's pass: the same " \
+                "batches)"
             continue
         with clock(f"test_acc_{name}_train_mode"):
             out[f"test_acc_{name}_train_mode"] = evaluate(model, mixed_batches(bs, pad, drop_last=True),
@@ -207,19 +208,20 @@ def _precise_bn_by_length(model: nn.Module, splits: MemberSplits, cfg: Config, l
     return out
 
 
-# Norms whose output at a token never reads another token (per token, a reparameterized weight, or PowerNorm,
-# whose forward divides by its running quadratic mean in both modes), and, in eval mode, BN and Batch Renorm
-# too (affine maps of their running statistics). In a causal RNN that classifies from each sequence's last
-# real step, or a Transformer that masks padded keys and pools the real tokens only, padding after a
-# sequence then cannot change its answer.
-PER_TOKEN = frozenset({"ln", "rms", "gn", "frn", "wn", "cn", "pn"})
+# Norms whose output at a token never reads another token in the evaluation passes (per token, elementwise,
+# a reparameterized weight, or PowerNorm, whose forward divides by its running quadratic mean, which only a
+# training step with autograd updates; the passes run without), and, in eval mode, BN and Batch Renorm too
+# (affine maps of their running statistics). In a causal RNN that classifies from each sequence's last real
+# step, or a Transformer that masks padded keys and pools the real tokens only, padding after a sequence
+# then cannot change its answer.
+PER_TOKEN = frozenset({"none", "ln", "rms", "gn", "frn", "wn", "cn", "dyt", "derf", "pn"})
 RUNNING_PER_TOKEN = PER_TOKEN | {"bn", "brn"}
 PADDING_FREE = ("padding after a sequence's last real step cannot reach its answer (a causal RNN, or a "
                 "Transformer's masked attention and pooling; norms per token)")
 
 
-MASKED = ("padding enters no norm's statistics (norm.masked), nor a causal RNN's answer or a Transformer's "
-          "masked attention and pooling")
+MASKED = ("padding enters no norm's statistics (each is per token or masked), nor a causal RNN's answer or a "
+          "Transformer's masked attention and pooling")
 
 
 def masks_padding(model: nn.Module) -> bool:
@@ -228,7 +230,7 @@ def masks_padding(model: nn.Module) -> bool:
     statistics are the same at any padding. A model with recurrent BN's per-step copies is not counted: each
     step's statistics are its own question (cells.StepNorm)."""
     for net in model.member_models if isinstance(model, Members) else (model,):
-        steps = {id(m) for s in net.modules() if isinstance(s, cells.StepNorm) for m in [s.norm, *s.steps]}
+        steps = _step_copies(net)
         for m in net.modules():
             name, layout = getattr(m, TAG, (None, None))
             if name is None or name in PER_TOKEN:
@@ -236,6 +238,11 @@ def masks_padding(model: nn.Module) -> bool:
             if not (layout == "seq" and getattr(m, "masked", False) is True and id(m) not in steps):
                 return False
     return True
+
+
+def _step_copies(net: nn.Module) -> set[int]:
+    """The ids of recurrent BN's per-step norms (cells.StepNorm's first and its copies) in `net`."""
+    return {id(m) for s in net.modules() if isinstance(s, cells.StepNorm) for m in [s.norm, *s.steps]}
 
 
 def per_token(model: nn.Module, names: frozenset[str]) -> bool:
@@ -259,7 +266,7 @@ def stretched_precise_bn(model: nn.Module, splits: data.Splits | MemberSplits, c
 def _sequence_batch_norms(model: nn.Module) -> list[nn.Module]:
     """The batch-statistics norms that see whole padded sequences (N, T, C) with a mask: on the layers'
     outputs, or on W_x x_t (model.placement=input); not recurrent BN's per-step copies."""
-    steps = {id(m) for s in model.modules() if isinstance(s, cells.StepNorm) for m in [s.norm, *s.steps]}
+    steps = _step_copies(model)
     return [m for m in model.modules() if isinstance(m, BatchStatistics) and getattr(m, "layout", None) == "seq"
             and id(m) not in steps]
 

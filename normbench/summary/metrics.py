@@ -65,8 +65,9 @@ def read(results: dict[str, Any], path: str) -> float | None:
 
 
 def keys(metric: str) -> set[str]:
-    """The top-level results.json keys a metric reads ('test_acc_by_length.42 - test_acc_by_length.28' ->
-    {'test_acc_by_length'}, 'history[-3:].acc/val' -> {'history'})."""
+    """The top-level results.json keys a metric names ('test_acc_by_length.42 - test_acc_by_length.28' ->
+    {'test_acc_by_length'}, 'history[-3:].acc/val' -> {'history'}); `lr_sensitivity` names itself,
+    though it reads each lr's test_acc (summary/lr_sensitivity.py)."""
     return {term.strip().split(".")[0].split("[")[0] for term in metric.split(" - ")}
 
 
