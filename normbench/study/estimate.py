@@ -44,10 +44,9 @@ class Calibration:
     @property
     def steps(self) -> int:
         """As train/loop.plan_steps counts them: max_steps caps the epochs, and alone decides below 1 epoch."""
-        if self.epochs < 1 and self.max_steps is not None:
-            return self.max_steps
-        full = self.epochs * self.steps_per_epoch
-        return full if self.max_steps is None else min(full, self.max_steps)
+        from normbench.train.loop import count_steps
+
+        return count_steps(self.epochs, self.max_steps, self.steps_per_epoch)[1]
 
     @property
     def evaluation_s(self) -> float:

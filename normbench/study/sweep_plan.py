@@ -69,11 +69,10 @@ TRAIN_IMAGES = {"fashion_mnist": 60000, "cifar10": 50000}
 
 def _steps(cfg) -> int:
     """The job's steps, from its config alone (no data read): is the sweep worth calibrating?"""
-    if cfg.epochs < 1 and cfg.max_steps:  # max_steps alone decides (train/loop.plan_steps)
-        return cfg.max_steps
+    from normbench.train.loop import count_steps
+
     images = cfg.data.subset or TRAIN_IMAGES.get(cfg.data.name, 60000) - cfg.data.val_size
-    full = cfg.epochs * max(1, images // cfg.batch_size)
-    return min(full, cfg.max_steps) if cfg.max_steps else full
+    return count_steps(cfg.epochs, cfg.max_steps or None, max(1, images // cfg.batch_size))[1]
 
 
 def plan_line(overrides: list[str], workers: int, local: bool = True) -> str:

@@ -41,10 +41,15 @@ def plan_steps(cfg: Config, n_train: int) -> tuple[int, int]:
     if per_epoch < 1:
         raise UserError(f"batch_size={cfg.batch_size} is larger than the {n_train} training samples",
                         "lower batch_size or raise data.subset")
-    if cfg.max_steps is not None:
-        epochs = cfg.epochs if cfg.epochs >= 1 else math.ceil(cfg.max_steps / per_epoch)
-        return epochs, min(cfg.max_steps, epochs * per_epoch)
-    return cfg.epochs, cfg.epochs * per_epoch
+    return count_steps(cfg.epochs, cfg.max_steps, per_epoch)
+
+
+def count_steps(epochs: int, max_steps: int | None, per_epoch: int) -> tuple[int, int]:
+    """plan_steps' count for `per_epoch` steps an epoch (the study's estimate counts a budget by it too)."""
+    if max_steps is not None:
+        epochs = epochs if epochs >= 1 else math.ceil(max_steps / per_epoch)
+        return epochs, min(max_steps, epochs * per_epoch)
+    return epochs, epochs * per_epoch
 
 
 def validates(epoch: int, epochs: int, validations: int | None) -> bool:
