@@ -207,16 +207,24 @@ def test_shipped_claims_read_tested_lengths(study):
         assert composed["length"].test_lengths == list(range(10, 43, 2))
     by_batching = {getattr(v.batching, "value", v.batching): v for v in composed.values()}
     read = 0
-    for claim in compose(study, [], "/nowhere").claims:
-        for side in (claim["a"], claim["b"]):
-            v = by_batching[side["varlen.batching"]]
-            for term in (side.get("metric") or claim.get("metric") or "").split(" - "):
+    for name, batching, key, length in _lengths_read(compose(study, [], "/nowhere").claims, study):
+        v = by_batching[batching]
+        assert length in (v.precise_bn_lengths if "precise_bn" in key else v.test_lengths), (name, key, length)
+        read += 1
+    assert read >= 2  # the length claims exist: this test checks something
+
+
+def _lengths_read(declared: list[dict], study: str):
+    """(claim, varlen.batching, key, N) for each `key.N` term (key test_acc_by_length*) a declared claim
+    reads in a cell (Claim.readings: each side's own metric or the claim's)."""
+    from normbench.summary import claims, metrics
+
+    for c in claims.parse(declared, study, study):
+        for sel in c.readings():
+            for term in metrics.terms(sel["metric"]):
                 if term.startswith("test_acc_by_length"):
                     key, length = term.rsplit(".", 1)
-                    lengths = v.precise_bn_lengths if "precise_bn" in key else v.test_lengths
-                    assert int(length) in lengths, (claim["name"], term)
-                    read += 1
-    assert read >= 2  # the length claims exist: this test checks something
+                    yield c.name, sel["varlen.batching"], key, int(length)
 
 
 @pytest.mark.parametrize("study", ["variable_length", "variable_length_transformer"])
@@ -233,18 +241,12 @@ def test_every_study_scale_tests_the_lengths_its_claims_read(study, scale):
     plan = spec.load(study)
     composed = [compose(list(j.overrides)) for j in joblist.study_jobs(plan, scale)]
     read = 0
-    for claim in composed[0].claims:
-        for side in (claim["a"], claim["b"]):
-            for cfg in composed:
-                v = cfg.varlen
-                if getattr(v.batching, "value", v.batching) != side["varlen.batching"] or v.design != "length":
-                    continue
-                for term in (side.get("metric") or claim.get("metric") or "").split(" - "):
-                    if term.startswith("test_acc_by_length"):
-                        key, length = term.rsplit(".", 1)
-                        lengths = v.precise_bn_lengths if "precise_bn" in key else v.test_lengths
-                        assert int(length) in lengths, (claim["name"], term, scale)
-                        read += 1
+    for name, batching, key, length in _lengths_read(composed[0].claims, study):
+        for v in (cfg.varlen for cfg in composed):
+            if getattr(v.batching, "value", v.batching) == batching and v.design == "length":
+                assert length in (v.precise_bn_lengths if "precise_bn" in key else v.test_lengths), \
+                    (name, key, length, scale)
+                read += 1
     assert read >= 2
 
 

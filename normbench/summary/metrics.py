@@ -46,7 +46,7 @@ def read(results: dict[str, Any], path: str) -> float | None:
     entries ('history[-3:].acc/val': the last 3 epochs' validation accuracy; None unless all k have it);
     None where one is missing."""
     if " - " in path:
-        x, y = (read(results, part.strip()) for part in path.split(" - ", 1))
+        x, y = (read(results, part) for part in terms(path))
         return None if x is None or y is None else x - y
     node: Any = results
     parts = path.split(".")
@@ -64,16 +64,21 @@ def read(results: dict[str, Any], path: str) -> float | None:
     return out if out is not None and math.isfinite(out) else None  # NaN: missing, not a number to test
 
 
+def terms(metric: str) -> list[str]:
+    """The paths a metric reads: two for 'x - y' (a run's own difference), else one."""
+    return [term.strip() for term in metric.split(" - ", 1)]
+
+
 def keys(metric: str) -> set[str]:
     """The top-level results.json keys a metric names ('test_acc_by_length.42 - test_acc_by_length.28' ->
     {'test_acc_by_length'}, 'history[-3:].acc/val' -> {'history'}); `lr_sensitivity` names itself,
     though it reads each lr's test_acc (summary/lr_sensitivity.py)."""
-    return {term.strip().split(".")[0].split("[")[0] for term in metric.split(" - ")}
+    return {term.split(".")[0].split("[")[0] for term in terms(metric)}
 
 
 def is_accuracy(metric: str) -> bool:
     """Is every term of the metric an accuracy (which has a chance level)?"""
-    return all("acc" in term for term in metric.split(" - "))
+    return all("acc" in term for term in terms(metric))
 
 
 def value(run: Run, metric: str) -> float | None:
