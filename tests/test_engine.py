@@ -12,7 +12,8 @@ from torch import nn
 from normbench import models, norms
 from normbench.config import Config, ModelConfig, NormConfig
 from normbench.data import Splits
-from normbench.train.loop import fit, validates
+from normbench.train.budget import validates
+from normbench.train.loop import fit
 from normbench.train.optim import make_optimizer, make_schedule
 from normbench.train.tracking import NullTracker
 

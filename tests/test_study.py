@@ -73,14 +73,14 @@ def test_schedule_takes_the_longest_first():
 
 
 def test_a_calibration_counts_max_steps_alone_below_one_epoch():
-    """As train/loop.plan_steps: epochs 0 with max_steps trains max_steps (norm_free_regime's form)."""
+    """As train/budget.plan_steps: epochs 0 with max_steps trains max_steps (norm_free_regime's form)."""
     def cal(epochs, max_steps):
         return estimate.Calibration(step_s=0.01, suite_s=1.0, validation_s=0.5, steps_per_epoch=15,
                                     epochs=epochs, max_steps=max_steps)
     assert cal(0, 800).steps == 800
     assert cal(0, 800).seconds == pytest.approx(estimate.START_S + 8.0 + 1.0 + 54 * 0.5)  # ceil(800 / 15)
     assert cal(2, 800).steps == 30 and cal(2, None).steps == 30
-    fewer = replace(cal(0, 800), validations=10)  # train/loop.validates: min(epochs, validations) passes
+    fewer = replace(cal(0, 800), validations=10)  # train/budget.validates: min(epochs, validations) passes
     assert fewer.evaluation_s == pytest.approx(1.0 + 10 * 0.5)
     assert replace(cal(2, None), validations=10).evaluation_s == pytest.approx(1.0 + 2 * 0.5)
 

@@ -436,7 +436,7 @@ def test_plateau_criterion_by_hand():
     assert plateaued(history([0.5, 0.6, 0.7])) is None
     # 6 epochs: 20% rounds to one epoch, which spans nothing; the last two are compared (0.6 points apart)
     assert plateaued(history([0.5, 0.6, 0.7, 0.75, 0.80, 0.806])) is False
-    # validations=10 over 54 epochs (train/loop.validates: after epochs 6, 11, ..., 44, 49, 54): the passes in
+    # validations=10 over 54 epochs (train/budget.validates: after epochs 6, 11, ..., 44, 49, 54): the passes in
     # the last 11 epochs (> 43) are 44, 49 and 54
     spread = [{"epoch": e, "acc/val": a} for e, a in zip([6, 11, 17, 22, 27, 33, 38, 44, 49, 54],
                                                          [0.5, 0.6, 0.7, 0.75, 0.8, 0.82, 0.83, 0.8, 0.84, 0.844])]

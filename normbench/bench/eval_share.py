@@ -9,7 +9,7 @@ real steps and then evaluated with its full suite, and its full-budget share is 
     share = (suite + validation passes x one pass) / (steps x step seconds + that)
 
 with the steps of the shipped budget (epochs x training images // batch size, or max_steps where it caps
-them; train/loop.plan_steps) and its passes (one an epoch, or `validations`). Every figure in it is
+them; train/budget.plan_steps) and its passes (one an epoch, or `validations`). Every figure in it is
 measured in the short run; only the step count is the shipped one's. The cells are each study's costliest
 to evaluate (batch-dependent norms, the longest suites), so "every run" is bounded by them.
 """
@@ -68,7 +68,7 @@ def measure(study: str, overrides: list[str], args) -> dict:
     from normbench import data
     from normbench.train import runner
     from normbench.train.device import pick_device
-    from normbench.train.loop import plan_steps, validation_passes
+    from normbench.train.budget import plan_steps, validation_passes
 
     steps = 20 if args.quick else 300
     shipped = compose(study, overrides, args.data_root)

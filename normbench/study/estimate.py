@@ -43,8 +43,8 @@ class Calibration:
 
     @property
     def steps(self) -> int:
-        """As train/loop.plan_steps counts them: max_steps caps the epochs, and alone decides below 1 epoch."""
-        from normbench.train.loop import count_steps
+        """As train/budget.plan_steps counts them: max_steps caps the epochs, and alone decides below 1 epoch."""
+        from normbench.train.budget import count_steps
 
         return count_steps(self.epochs, self.max_steps, self.steps_per_epoch)[1]
 
@@ -52,7 +52,7 @@ class Calibration:
     def evaluation_s(self) -> float:
         """The test suite and the validation passes (train/loop's: one an epoch, or cfg.validations), at the
         full budget."""
-        from normbench.train.loop import validation_passes
+        from normbench.train.budget import validation_passes
 
         passes = validation_passes(self.steps, self.steps_per_epoch, self.validations)
         return self.suite_s + passes * self.validation_s

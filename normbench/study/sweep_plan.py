@@ -69,7 +69,7 @@ TRAIN_IMAGES = {"fashion_mnist": 60000, "cifar10": 50000}
 
 def _steps(cfg) -> int:
     """The job's steps, from its config alone (no data read): is the sweep worth calibrating?"""
-    from normbench.train.loop import count_steps
+    from normbench.train.budget import count_steps
 
     images = cfg.data.subset or TRAIN_IMAGES.get(cfg.data.name, 60000) - cfg.data.val_size
     return count_steps(cfg.epochs, cfg.max_steps or None, max(1, images // cfg.batch_size))[1]
