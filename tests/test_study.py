@@ -180,6 +180,10 @@ def test_a_toy_study_decides_the_large_effect_first_and_trains_only_the_null_aft
         assert sorted(p.name.split(",")[-1] for p in folder.glob("*seed=*")) == [f"seed={s}" for s in range(6)]
     print(f"round 1: planned ~{planned:.0f} s, measured {measured:.0f} s")
     assert 0.5 <= measured / planned <= 2.0, (planned, measured)
+    # each batch of jobs says its time by the same calibrations: round 1's as the plan did, widening's too
+    started = dict(re.findall(r"^(round 1(?:, widening \d+ lr grids? before look 1 counts)?): .* at once, ~(\d+) s$",
+                              said, re.M))
+    assert started.get("round 1") == f"{planned:.0f}" and len(started) == 2, said
 
     # Run again: nothing is trained, the same verdicts come back (the study resumes from its folder).
     assert command.main(["toy", "scale=quick", f"out={out}", f"protocol={proto}"]) == 0

@@ -162,8 +162,9 @@ class Study:
         todo = [j for j in jobs if self._done_key(j, index) not in self.state.done]
         if not todo:
             return
+        eta = schedule([self.estimate(j, seeds) for j in todo], self.workers)  # the plan's calibrations
         self.say(f"{label}: {len(todo)} job{'s' * (len(todo) > 1)} at seeds {seeds[0]}-{seeds[-1]}, "
-                 f"{self.workers} at once")
+                 f"{self.workers} at once, ~{_hms(eta)}")
         started = time.perf_counter()
         key = key or str(index + 1)
         before = self.state.seconds.get(key, 0.0)  # an interrupted invocation's seconds stay counted
