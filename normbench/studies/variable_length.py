@@ -229,26 +229,28 @@ def masks_padding(model: nn.Module) -> bool:
     sequences whose statistics cover real tokens only (norm.masked)? Then a batch's answers with batch
     statistics are the same at any padding. A model with recurrent BN's per-step copies is not counted: each
     step's statistics are its own question (cells.StepNorm)."""
+    return all(name in PER_TOKEN or (layout == "seq" and getattr(m, "masked", False) is True and not per_step)
+               for m, name, layout, per_step in _norms(model))
+
+
+def per_token(model: nn.Module, names: frozenset[str]) -> bool:
+    """Is every norm layer of the model (of each member of a pack) one of `names`?"""
+    return all(name in names for _, name, _, _ in _norms(model))
+
+
+def _norms(model: nn.Module):
+    """(module, name, layout, is one of recurrent BN's per-step norms) for each norm the catalog built in the
+    model (in each member of a pack)."""
     for net in model.member_models if isinstance(model, Members) else (model,):
         steps = _step_copies(net)
         for m in net.modules():
-            name, layout = getattr(m, TAG, (None, None))
-            if name is None or name in PER_TOKEN:
-                continue
-            if not (layout == "seq" and getattr(m, "masked", False) is True and id(m) not in steps):
-                return False
-    return True
+            if hasattr(m, TAG):
+                yield (m, *getattr(m, TAG), id(m) in steps)
 
 
 def _step_copies(net: nn.Module) -> set[int]:
     """The ids of recurrent BN's per-step norms (cells.StepNorm's first and its copies) in `net`."""
     return {id(m) for s in net.modules() if isinstance(s, cells.StepNorm) for m in [s.norm, *s.steps]}
-
-
-def per_token(model: nn.Module, names: frozenset[str]) -> bool:
-    """Is every norm layer of the model (of each member of a pack) one of `names`?"""
-    nets = model.member_models if isinstance(model, Members) else (model,)
-    return all(getattr(m, TAG)[0] in names for net in nets for m in net.modules() if hasattr(m, TAG))
 
 
 def stretched_precise_bn(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Config,

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from normbench.train.budget import count_steps, validation_passes
+
 STEPS = 20  # calibration steps (after one untimed warm-up step inside the runner's own clock)
 START_S = 8.0  # a `normbench train` process: interpreter, torch, Hydra, data (measured: 7-9 s on 2 cores)
 # Keys whose value does not change what a step or an evaluation costs (they do not key a calibration).
@@ -44,16 +46,12 @@ class Calibration:
     @property
     def steps(self) -> int:
         """As train/budget.plan_steps counts them: max_steps caps the epochs, and alone decides below 1 epoch."""
-        from normbench.train.budget import count_steps
-
         return count_steps(self.epochs, self.max_steps, self.steps_per_epoch)[1]
 
     @property
     def evaluation_s(self) -> float:
         """The test suite and the validation passes (train/loop's: one an epoch, or cfg.validations), at the
         full budget."""
-        from normbench.train.budget import validation_passes
-
         passes = validation_passes(self.steps, self.steps_per_epoch, self.validations)
         return self.suite_s + passes * self.validation_s
 

@@ -19,6 +19,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
+from normbench.train.budget import count_steps
+
 SMALL = 20_000  # steps in all, below which a calibration (~5-15 s per model and batch size) is not worth it
 MAX_CALIBRATIONS = 4  # model and batch size combinations calibrated at most before a sweep starts
 
@@ -69,8 +71,6 @@ TRAIN_IMAGES = {"fashion_mnist": 60000, "cifar10": 50000}
 
 def _steps(cfg) -> int:
     """The job's steps, from its config alone (no data read): is the sweep worth calibrating?"""
-    from normbench.train.budget import count_steps
-
     images = cfg.data.subset or TRAIN_IMAGES.get(cfg.data.name, 60000) - cfg.data.val_size
     return count_steps(cfg.epochs, cfg.max_steps or None, max(1, images // cfg.batch_size))[1]
 

@@ -91,11 +91,10 @@ class Claim:
         """Every cell's selector the claim reads (a, a's minus, b, b's minus), without metric and minus:
         what a study trains for it and where its lr choices are read."""
         out = []
-        for side in (self.a, self.b):
-            for sel in filter(None, (side, self.minus_of(side))):
-                own = {k: v for k, v in sel.items() if k not in ("metric", MINUS)}
-                if own not in out:
-                    out.append(own)
+        for reading in self.readings():
+            own = {k: v for k, v in reading.items() if k not in ("metric", MINUS)}
+            if own not in out:
+                out.append(own)
         return out
 
     @property

@@ -69,13 +69,6 @@ def terms(metric: str) -> list[str]:
     return [term.strip() for term in metric.split(" - ", 1)]
 
 
-def keys(metric: str) -> set[str]:
-    """The top-level results.json keys a metric names ('test_acc_by_length.42 - test_acc_by_length.28' ->
-    {'test_acc_by_length'}, 'history[-3:].acc/val' -> {'history'}); `lr_sensitivity` names itself,
-    though it reads each lr's test_acc (summary/lr_sensitivity.py)."""
-    return {term.split(".")[0].split("[")[0] for term in terms(metric)}
-
-
 def is_accuracy(metric: str) -> bool:
     """Is every term of the metric an accuracy (which has a chance level)?"""
     return all("acc" in term for term in terms(metric))
