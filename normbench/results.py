@@ -58,7 +58,10 @@ def versions() -> dict[str, str]:
 
 
 def git_sha() -> str | None:
-    """The commit of the normbench checkout that ran, when it is a git checkout."""
+    """The commit of the normbench checkout that ran, when it is a git checkout; else $NORMBENCH_GIT_SHA,
+    which a copy of a checkout without its .git (a cluster's or a GPU machine's) sets to the commit it copied."""
+    if os.environ.get("NORMBENCH_GIT_SHA"):
+        return os.environ["NORMBENCH_GIT_SHA"]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(normbench.__file__).parent,
                              capture_output=True, text=True, timeout=5)

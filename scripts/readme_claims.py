@@ -112,6 +112,11 @@ def _verdict(t: dict, role: str) -> str:
     return text
 
 
+def _where(run: dict) -> str:
+    """The machine(s) a record trained on: its sittings' (run.json "machine"), or an older record's cores."""
+    return run["machine"] if run.get("sittings") else f"{run['cores']} cores"
+
+
 def _source(run: dict | None, tested: dict, link: str) -> str:
     """The sentence that says which run the verdicts are from, its links relative to `link`."""
     if not run:
@@ -119,7 +124,7 @@ def _source(run: dict | None, tested: dict, link: str) -> str:
                 "declared, not yet tested.")
     where = f"checked into [docs/results/]({link}README.md)" if link else "checked in here"
     text = (f"Verdicts of the run {where} (git {run['git_sha']}; "
-            f"{run['date']}, {run['wall_s']:,} s on {run['cores']} cores; its commands: [run.json]({link}run.json)), "
+            f"{run['date']}, {run['wall_s']:,} s on {_where(run)}; its commands: [run.json]({link}run.json)), "
             f"from its [summary.json]({link}summary.json). a − b: mean [95% t-interval] over the pairs (seeds), in "
             "percentage points for accuracies (a metric's own unit otherwise).")
     if tested and not any("role" in t for t in tested.values()):
@@ -274,8 +279,8 @@ def _cpu() -> str:
 
 def record(out: Path) -> None:
     """Check the `normbench study` run in `out` (scripts/reproduce.sh) into docs/results/: its joint
-    summary.json, claims.csv and summary.md, run.json (the command, git shas, date, machine, seconds per
-    round, why it stopped: from out/study.json), and each study's summary.md, figures and runs (every
+    summary.json, claims.csv and summary.md, run.json (the command, git shas, date, the machines it trained
+    on and each sitting's, seconds per round, why it stopped: from out/study.json), and each study's summary.md, figures and runs (every
     member's results.json, under <study>/runs/; main() then rewrites the generated sections and claims.png
     from them)."""
     import os
@@ -297,8 +302,10 @@ def record(out: Path) -> None:
     sha = ", ".join(ran) or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                            cwd=REPO).stdout  # the commits the runs record
     dates = sorted(f.stat().st_mtime for f in out.glob("**/results.json"))
+    sittings = state.get("sittings") or [{"cpu": _cpu(), "cores": os.cpu_count(), "device": "cpu"}]
+    machines = sorted({f"{s['cpu']}, {s['cores']} cores, trained on {s['device']}" for s in sittings})
     run = {"command": f"normbench study {' '.join(state['studies'])} scale={state['scale']}",
-           "git_sha": sha.strip(), "machine": _cpu(), "cores": os.cpu_count(),
+           "git_sha": sha.strip(), "machine": "; ".join(machines), "sittings": state.get("sittings", []),
            "date": time.strftime("%Y-%m-%d", time.gmtime(dates[-1])) if dates else "",
            "wall_s": round(sum(state["seconds"].values())), "seconds_per_round": state["seconds"],
            "widened": state.get("widened", []), "stopped": state["finished"]}

@@ -515,7 +515,9 @@ def test_readme_claims_record_checks_the_run_in(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match="has not finished"):
         readme_claims.record(out)
 
-    (out / "study.json").write_text(json.dumps({**state, "finished": "every primary claim decided"}))
+    sittings = [{"cpu": "AMD EPYC", "cores": 2, "device": "cpu"}, {"cpu": "Intel Xeon", "cores": 16,
+                                                                    "device": "cuda (NVIDIA H200)"}]
+    (out / "study.json").write_text(json.dumps({**state, "finished": "every primary claim decided", "sittings": sittings}))
     readme_claims.record(out)
     copied = sorted(str(p.relative_to(results)) for p in results.rglob("*") if p.is_file())
     assert copied == ["ghost_batch/ghost_batch_fashion_mnist.png", "ghost_batch/runs/r1/bn-0/lr=0.1,seed=0/results.json",
@@ -524,3 +526,5 @@ def test_readme_claims_record_checks_the_run_in(tmp_path, monkeypatch):
     run = json.loads((results / "run.json").read_text())
     assert run["command"] == "normbench study ghost_batch scale=laptop" and run["git_sha"] == "83e39ea"
     assert run["wall_s"] == 151 and run["stopped"] == "every primary claim decided"
+    assert run["machine"] == "AMD EPYC, 2 cores, trained on cpu; Intel Xeon, 16 cores, trained on cuda (NVIDIA H200)"
+    assert run["sittings"] == sittings and "on AMD EPYC, 2 cores, trained on cpu; Intel" in readme_claims._source(run, {}, "")

@@ -3,10 +3,12 @@ study at a toy budget run through the protocol (docs/protocol.md) end to end: th
 the first look, the null trained to the last round, and nothing but the null's cells trained after look 1."""
 
 import json
+import os
 import re
 from dataclasses import replace
 
 import pytest
+import torch
 import yaml
 from conftest import normbench_cli, requires_real_data
 
@@ -175,6 +177,9 @@ def test_a_toy_study_decides_the_large_effect_first_and_trains_only_the_null_aft
     assert trained == ["ignored-0", "ignored-1"], trained  # round 2: the null's cells only
     assert sorted(p.name for p in (out / "toy" / "r2" / "ignored-0").glob("seed=*")) == [f"seed={s}" for s in range(6, 10)]
     state = json.loads((out / "study.json").read_text())
+    (sitting,) = state["sittings"]  # where this invocation trained: this machine's processor, on the CPU here
+    assert sitting["device"] == "cpu" and sitting["cores"] == os.cpu_count() and sitting["jobs_done_before"] == 0
+    assert sitting["cpu"] and sitting["torch"] == torch.__version__
     measured = state["seconds"]["1"]  # round 1's jobs; the values widening added count apart
     # Widening: the BN cells (read by the claims open before look 1) chose an lr at their grid's edge at 30
     # steps, so the next values were trained at round 1's seeds before look 1 counted; the BN claim was
@@ -194,6 +199,7 @@ def test_a_toy_study_decides_the_large_effect_first_and_trains_only_the_null_aft
     assert command.main(["toy", "scale=quick", f"out={out}", f"protocol={proto}"]) == 0
     again = capsys.readouterr().out
     assert "jobs at seeds" not in again and "held: toy · BN at ghost batch 2" in again
+    assert len(json.loads((out / "study.json").read_text())["sittings"]) == 2  # the resume is a sitting of its own
 
 
 @pytest.mark.slow

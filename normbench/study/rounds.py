@@ -9,7 +9,7 @@
 Nothing about a look is stored: each is replayed from the runs in the output folder (summary.summarize's
 `compute`, which tests the family look by look), so running the same command again resumes where it
 stopped. `study.json` keeps what is not in the runs: the settings, the grid values widening added, the
-jobs finished, and the seconds each round took.
+jobs finished, the seconds each round took, and each sitting's machine (a record resumed elsewhere says so).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ class State:
     done: list[str] = field(default_factory=list)  # job folders (relative to the study's) whose train exited 0
     jobs: dict[str, list[str]] = field(default_factory=dict)  # "<study>/<job>" -> the overrides it trained with
     seconds: dict[str, float] = field(default_factory=dict)  # "1", "1 widening", "2", ...: seconds trained
+    sittings: list[dict] = field(default_factory=list)  # each invocation that trained: when, where, its code
     finished: str | None = None
 
     @classmethod
@@ -259,10 +260,13 @@ class Study:
 
     # --- the whole study -------------------------------------------------------------------------------------
 
-    def run(self) -> str:
-        """Round after round until the study may stop; returns why it stopped."""
+    def run(self, sitting: dict | None = None) -> str:
+        """Round after round until the study may stop; returns why it stopped. `sitting` (this invocation's
+        machine and code, `command.sitting()`) is kept in study.json with the jobs it finished."""
         open_keys, why = None, ""
         self.state.finished = None
+        if sitting is not None:
+            self.state.sittings.append({**sitting, "jobs_done_before": len(self.state.done)})
         self.state.save(self.out)
         for index in range(len(self.proto.looks)):
             jobs = self.round_jobs(index, open_keys)
