@@ -43,3 +43,28 @@ def test_keeps_finished_runs_and_their_commands_only(tmp_path):
     bad = subprocess.run([sys.executable, "scripts/keep_runs.py", str(tmp_path / "nope"), str(dest)], cwd=REPO,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "is not a directory" in bad.stderr
+
+
+def test_a_study_folder_keeps_its_state_and_its_finished_jobs_whole(tmp_path):
+    """Reference: the layout `normbench study` writes (study.json's done list names job folders,
+    <study>/r<round>/<job>): the kept folder holds study.json, calibration.json and every file of each done
+    job, a diverged member's results.json included (a look counts it), without checkpoints, events or logs;
+    a job still training (not done) is left out whole, so a resumed study trains it from its start."""
+    src, dest = tmp_path / "reproduce", tmp_path / "kept"
+    (src / "ghost_batch" / "r1").mkdir(parents=True)
+    (src / "study.json").write_text(json.dumps({"studies": ["ghost_batch"], "done": ["ghost_batch/r1/bn-0"]}))
+    (src / "calibration.json").write_text("{}")
+    for job in ("bn-0", "bn-1"):  # bn-1 was training when the sitting ended
+        for member, status in (("lr=0.1,seed=0", "completed"), ("lr=0.1,seed=1", "diverged")):
+            (src / "ghost_batch" / "r1" / job / member).mkdir(parents=True)
+            (src / "ghost_batch" / "r1" / job / member / "results.json").write_text(json.dumps({"status": status}))
+        (src / "ghost_batch" / "r1" / job / "checkpoint.pt").write_bytes(b"x")
+        (src / "ghost_batch" / "r1" / job / "train.log").write_text("log")
+        (src / "ghost_batch" / "r1" / job / "pack.json").write_text("{}")
+        (src / "ghost_batch" / "r1" / f"{job}.log").write_text("$ normbench train ...")
+    out = subprocess.run([sys.executable, "scripts/keep_runs.py", str(src), str(dest)], cwd=REPO,
+                         check=True, capture_output=True, text=True).stdout
+    got = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    assert got == ["calibration.json", "ghost_batch/r1/bn-0/lr=0.1,seed=0/results.json",
+                   "ghost_batch/r1/bn-0/lr=0.1,seed=1/results.json", "ghost_batch/r1/bn-0/pack.json", "study.json"]
+    assert f"kept 2 runs of the study {src} (its finished jobs" in out
