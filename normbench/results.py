@@ -57,6 +57,16 @@ def versions() -> dict[str, str]:
     return {"python": platform.python_version(), "torch": version("torch"), "normbench": normbench.__version__}
 
 
+def cpu_model() -> str:
+    """The processor's model name (lscpu's "Model name", from /proc/cpuinfo): timings mean nothing without it."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    found = (line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    return next(found, None) or platform.processor() or platform.machine()
+
+
 def git_sha() -> str | None:
     """The commit of the normbench checkout that ran, when it is a git checkout; else $NORMBENCH_GIT_SHA,
     which a copy of a checkout without its .git (a cluster's or a GPU machine's) sets to the commit it copied."""

@@ -29,6 +29,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
+from normbench.results import cpu_model
 from normbench.summary import claims
 from normbench.summary.show import claims_table
 
@@ -265,18 +266,6 @@ def current(text: str, begin: str = BEGIN, end: str = END, name: str = "README.m
     return text[text.index(begin) + len(begin):text.index(end)].strip("\n")
 
 
-def _cpu() -> str:
-    """The processor's model name (lscpu's), for run.json: timings mean nothing without it."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    import platform
-
-    return platform.processor() or platform.machine()
-
-
 def record(out: Path) -> None:
     """Check the `normbench study` run in `out` (scripts/reproduce.sh) into docs/results/: its joint
     summary.json, claims.csv and summary.md, run.json (the command, git shas, date, the machines it trained
@@ -302,7 +291,7 @@ def record(out: Path) -> None:
     sha = ", ".join(ran) or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                            cwd=REPO).stdout  # the commits the runs record
     dates = sorted(f.stat().st_mtime for f in out.glob("**/results.json"))
-    sittings = state.get("sittings") or [{"cpu": _cpu(), "cores": os.cpu_count(), "device": "cpu"}]
+    sittings = state.get("sittings") or [{"cpu": cpu_model(), "cores": os.cpu_count(), "device": "cpu"}]
     machines = sorted({f"{s['cpu']}, {s['cores']} cores, trained on {s['device']}" for s in sittings})
     run = {"command": f"normbench study {' '.join(state['studies'])} scale={state['scale']}",
            "git_sha": sha.strip(), "machine": "; ".join(machines), "sittings": state.get("sittings", []),

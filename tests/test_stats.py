@@ -81,3 +81,35 @@ def test_t_pvalues_rows_match_scipy_and_constant_rows_get_the_exact_p():
                                                                                  alternative="greater").pvalue)
     assert stats.t_test([0.1, 0.1, 0.1], "greater") == 1 / 8 and stats.t_test([0.1, 0.1, 0.1], "less") == 1.0
     assert list(stats.sign_flip_many(np.array([[1, -2, 3], [1, 2, 3]]), "greater")) == [3 / 8, 1 / 8]
+
+
+def test_power_and_pairs_needed_match_g_power():
+    """Reference: G*Power 3.1, t tests, "Means: difference from constant (one sample case)", a priori, power
+    0.8: effect size d = 0.5, one tail, alpha 0.05 -> total sample size 27, actual power 0.8118; two tails
+    (one tail at 0.025) -> 34, actual power 0.8078."""
+    assert stats.power(27, 0.5, 0.05) == pytest.approx(0.8118, abs=1e-4)
+    assert stats.power(34, 0.5, 0.025) == pytest.approx(0.8078, abs=1e-4)
+    d = [0.5 + x for x in (-1.0, 1.0)]  # mean 0.5, SD sqrt(2): d = 0.354
+    sd = statistics.stdev(d)
+    d = [0.5 + (x - 0.5) / sd for x in d]  # mean 0.5, SD 1: d = 0.5
+    assert stats.pairs_needed(d, "greater", 0.0, alpha=0.05) == ("hold", 27)
+    assert stats.pairs_needed(d, "less", 0.0, alpha=0.025) == ("refute", 34)  # the mean lies beyond: refute it
+    assert stats.pairs_needed(d, "greater", 1.0, alpha=0.05) == ("refute", 27)  # 0.5 SD short of the margin
+    assert stats.pairs_needed(d, "equivalent", 1.0, alpha=0.05) == ("hold", 27)  # TOST's nearer bound, 0.5 SD
+    assert stats.pairs_needed(d, "greater", 0.5, alpha=0.05) == ("refute", None)  # on the bound: nothing decides it
+    assert stats.pairs_needed([0.01, 0.01, 0.01], "greater", 0.0, alpha=0.001) == ("hold", 10)  # exact: 2^-10 < 0.001
+
+
+def test_pairs_needed_reaches_its_power_in_simulation():
+    """Reference: Monte Carlo, not the noncentral t: 40,000 simulated studies of n normal pairs (mean 0.3, SD
+    1), the share whose one-sided t-test (scipy.stats.ttest_1samp) reaches alpha 0.01 is at least 0.8 at the
+    n pairs_needed gives and below 0.8 at n - 1 (within the simulation's 0.006 standard error, 3 SE)."""
+    import numpy as np
+
+    way, n = stats.pairs_needed([0.3 - math.sqrt(0.5), 0.3 + math.sqrt(0.5)], "greater", 0.0, alpha=0.01)  # SD 1
+    assert way == "hold" and n is not None
+    rng = np.random.default_rng(0)
+    for size, above in ((n, True), (n - 1, False)):
+        x = rng.normal(0.3, 1.0, size=(40_000, size))
+        share = float(np.mean(scipy_stats.ttest_1samp(x, 0.0, axis=1, alternative="greater").pvalue < 0.01))
+        assert (share >= 0.8 - 0.006 * 3) if above else (share < 0.8 + 0.006 * 3), (size, share)

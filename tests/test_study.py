@@ -173,6 +173,8 @@ def test_a_toy_study_decides_the_large_effect_first_and_trains_only_the_null_aft
     big, null = by_name["BN at ghost batch 2 loses to ghost batch 64 (toy)"], by_name["a key the model ignores changes nothing (toy)"]
     assert (big["verdict"], big["look"]) == ("held", 1)
     assert (null["verdict"], null["look"], null["n"]) == ("inconclusive", 2, 10)
+    # identical runs: every difference 0, on the claim's bound, so no number of pairs would decide it
+    assert null["pairs_needed"] is None and "no number of pairs is sure to refute it" in null["note"], null["note"]
     trained = sorted(p.name for p in (out / "toy" / "r2").iterdir() if p.is_dir())
     assert trained == ["ignored-0", "ignored-1"], trained  # round 2: the null's cells only
     assert sorted(p.name for p in (out / "toy" / "r2" / "ignored-0").glob("seed=*")) == [f"seed={s}" for s in range(6, 10)]

@@ -112,25 +112,15 @@ def sitting() -> dict:
     """This invocation's machine and code, for study.json: the processor (its model name), its cores, the
     device `device=auto` trains on, the commit, and when it started (UTC)."""
     import os
-    import platform
     import time
 
     import torch
 
-    from normbench.results import git_sha
+    from normbench.results import cpu_model, git_sha
 
-    cpu = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
-                if line.startswith("model name")), platform.processor() or platform.machine())
     device = f"cuda ({torch.cuda.get_device_name()})" if torch.cuda.is_available() else "cpu"
-    return {"started": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "cpu": cpu, "cores": os.cpu_count(),
+    return {"started": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "cpu": cpu_model(), "cores": os.cpu_count(),
             "device": device, "torch": torch.__version__, "git_sha": git_sha()}
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""
 
 
 def main(argv: list[str]) -> int:

@@ -136,6 +136,8 @@ class ClaimResult:
     rests_on: str = ""  # held/refuted: "exact" or "t-test"
     budget_limited: bool | None = None  # a run it reads failed the plateau check (None: none checkable)
     at_chance: list[str] = field(default_factory=list)  # the diverged runs scored at chance
+    pairs_needed: int | None = None  # primary, undecided at the last look: pairs to decide it (stats.pairs_needed)
+    needed_to: str = ""  # ... "hold" or "refute": the side its measured mean lies on
     verdict: str = "inconclusive"
     note: str = ""
 
@@ -152,7 +154,8 @@ class ClaimResult:
                 "p_refute_holm": self.p_refute, "p_exact_refute_holm": self.p_exact_refute, "look": self.look,
                 "looks": self.looks, "look_n": self.look_n, "look_seeds": self.look_seeds, "level": self.level,
                 "verdict": self.verdict, "rests_on": self.rests_on, "budget_limited": self.budget_limited,
-                "at_chance": self.at_chance, "note": self.note}
+                "at_chance": self.at_chance, "pairs_needed": self.pairs_needed, "needed_to": self.needed_to,
+                "note": self.note}
 
 
 def _known_keys() -> set[str]:

@@ -7,6 +7,7 @@ of a declared claim (one-sided t, TOST, the exact sign-flip test, a bootstrap in
     p = t_test(diffs, "greater", margin=0.0)              # H1: mean > margin (paired: diffs = a - b)
     p = t_test(diffs, "equivalent", margin=0.01)          # TOST, H1: |mean| < margin
     p = sign_flip(diffs, "greater")                       # the same hypothesis, exact, no normality
+    way, n = pairs_needed(diffs, "greater", 0.0, alpha=0.001)  # pairs to decide it, were d's mean and SD true
 
 The t distribution comes from scipy.special (stdtr/stdtrit: the CDF and its inverse), not scipy.stats,
 which takes a second to import; the tests compare every number with scipy.stats and textbook values.
@@ -134,6 +135,51 @@ def t_pvalues(d, expect: str, margin: float = 0.0):
     if np.any(flat):  # t is infinite or undefined: the exact test of the same hypothesis (p >= 2^-n), not p = 0
         p = np.where(flat, sign_flip_many(x, expect, margin), p)
     return p
+
+
+POWER = 0.8  # the power pairs_needed asks for
+
+
+def power(n: int, effect: float, alpha: float) -> float:
+    """The power of the one-sided one-sample t-test at level `alpha` with `n` values, at a true mean `effect`
+    standard deviations beyond the hypothesis' bound: P(T' > t_(1-alpha, n-1)), T' noncentral t with n - 1
+    degrees of freedom and noncentrality effect * sqrt(n) (G*Power's "difference from constant")."""
+    from scipy.special import nctdtr
+
+    return 1.0 - float(nctdtr(n - 1, effect * math.sqrt(n), t_quantile(1.0 - alpha, n - 1)))
+
+
+def pairs_needed(d: list[float], expect: str, margin: float, alpha: float, target: float = POWER,
+                 limit: int = 100_000) -> tuple[str, int | None]:
+    """How many pairs would decide a claim at level `alpha` with power `target`, were the mean and SD of
+    its differences `d` the true ones: ("hold" or "refute", n), n None where the measured mean sits on the
+    bound or more than `limit` would be needed. The side the measured mean lies on says which: beyond the
+    margin in the expected direction, the claim's one-sided t-test (for an equivalence, inside the margin:
+    TOST's nearer bound, the test that binds); else the opposite one (protocol's refutation). With no spread
+    in `d`, the exact test's n (its smallest p is 2^-n). A planning figure from the observed effect, not a
+    test: the true effect may be smaller."""
+    if len(d) < 2 or expect not in EXPECT:
+        raise ValueError("pairs_needed takes two differences or more and an expect of " + ", ".join(EXPECT))
+    mean, sd = statistics.fmean(d), statistics.stdev(d)
+    if expect == "equivalent":
+        beyond = margin - abs(mean)  # > 0 inside the margin: TOST can hold it
+    else:
+        beyond = (mean - margin) * (1 if expect == "greater" else -1)
+    way = "hold" if beyond > 0 else "refute"
+    if beyond == 0:
+        return way, None
+    if sd == 0:  # t_pvalues answers with the exact sign-flip p then: at least 2^-n
+        return way, max(2, math.ceil(math.log2(1.0 / alpha)))
+    effect = abs(beyond) / sd
+    if power(limit, effect, alpha) < target:
+        return way, None
+    lo, hi = 1, 2  # power(lo) < target <= power(hi); power grows with n
+    while power(hi, effect, alpha) < target:
+        lo, hi = hi, min(2 * hi, limit)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if power(mid, effect, alpha) < target else (lo, mid)
+    return way, hi
 
 
 def opposite(expect: str, margin: float) -> list[tuple[str, float]]:

@@ -315,6 +315,22 @@ def test(claims: list[Claim], runs: list[Run], grid: list[Run] | None = None, pr
     return results
 
 
+def _needed(r: ClaimResult, diffs: list[float], proto) -> str:
+    """After the last look: the pairs that would decide the claim with power 0.8 at the last look's level over
+    the family's every hypothesis (Holm's strictest step), were its measured mean and SD the true ones."""
+    from normbench.summary.stats import POWER, pairs_needed
+
+    level = proto.levels[-1] / (2 * len(proto.family))
+    c = r.claim
+    r.needed_to, r.pairs_needed = pairs_needed(diffs, c.expect, c.margin / c.scale, level)
+    if r.pairs_needed is None:  # its mean on the bound, no spread, or beyond stats.pairs_needed's limit
+        return (f"undecided after the last look; no number of pairs is sure to {r.needed_to} it at power "
+                f"{POWER:.0%}, were its measured mean and SD true")
+    return (f"undecided after the last look; about {r.pairs_needed} pairs would {r.needed_to} it (power {POWER:.0%} at "
+            f"level {level:.2g}, the last look's over the family's {2 * len(proto.family)} hypotheses, were its "
+            "measured mean and SD true)")
+
+
 def _conclude(r: ClaimResult, primary: bool, proto, state: dict, last: dict, waiting) -> None:
     """The claim's verdict and the numbers shown with it: the look that decided it (or the last that
     tested it) for a primary claim; its own over every pair for an exploratory one."""
@@ -354,6 +370,8 @@ def _conclude(r: ClaimResult, primary: bool, proto, state: dict, last: dict, wai
     elif waiting is None and index + 1 < len(proto.looks):
         notes.append(f"undecided at look {index + 1} of {len(proto.looks)}; the next look reads seeds "
                      f"{_seeds_text(look_seeds(proto, index + 1))}")
+    elif index + 1 == len(proto.looks):  # the protocol is spent: what would decide it
+        notes.append(_needed(r, t.diffs, proto))
     if r.seeds != t.seeds or r.diffs != t.diffs:  # more seeds, or the lrs chosen over more seeds than the look's
         notes.append(f"the tests read look {index + 1}'s {pv.n} pairs (seeds {_seeds_text(t.seeds)}"
                      f"{', each chosen within them' * (r.seeds == t.seeds)}); the estimate reads all {r.n}")
