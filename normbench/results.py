@@ -70,14 +70,13 @@ def cpu_model() -> str:
 def git_sha() -> str | None:
     """The commit of the normbench checkout that ran, when it is a git checkout; else $NORMBENCH_GIT_SHA,
     which a copy of a checkout without its .git (a cluster's or a GPU machine's) sets to the commit it copied."""
-    if os.environ.get("NORMBENCH_GIT_SHA"):
-        return os.environ["NORMBENCH_GIT_SHA"]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(normbench.__file__).parent,
                              capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+        out = None
+    found = out.stdout.strip() if out is not None and out.returncode == 0 else ""
+    return found or os.environ.get("NORMBENCH_GIT_SHA") or None
 
 
 def write_results(run_dir: Path, results: dict[str, Any]) -> Path:

@@ -291,10 +291,12 @@ def record(out: Path) -> None:
     sha = ", ".join(ran) or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                            cwd=REPO).stdout  # the commits the runs record
     dates = sorted(f.stat().st_mtime for f in out.glob("**/results.json"))
-    sittings = state.get("sittings") or [{"cpu": cpu_model(), "cores": os.cpu_count(), "device": "cpu"}]
-    machines = sorted({f"{s['cpu']}, {s['cores']} cores, trained on {s['device']}" for s in sittings})
+    sittings = state.get("sittings", [])  # where each invocation trained; a study before them: this machine
+    where = ({"machine": " and ".join(sorted({f"{s['cpu']} ({s['cores']} cores, trained on {s['device']})"
+                                              for s in sittings}))}
+             if sittings else {"machine": cpu_model(), "cores": os.cpu_count()})
     run = {"command": f"normbench study {' '.join(state['studies'])} scale={state['scale']}",
-           "git_sha": sha.strip(), "machine": "; ".join(machines), "sittings": state.get("sittings", []),
+           "git_sha": sha.strip(), **where, "sittings": sittings,
            "date": time.strftime("%Y-%m-%d", time.gmtime(dates[-1])) if dates else "",
            "wall_s": round(sum(state["seconds"].values())), "seconds_per_round": state["seconds"],
            "widened": state.get("widened", []), "stopped": state["finished"]}

@@ -526,5 +526,6 @@ def test_readme_claims_record_checks_the_run_in(tmp_path, monkeypatch):
     run = json.loads((results / "run.json").read_text())
     assert run["command"] == "normbench study ghost_batch scale=laptop" and run["git_sha"] == "83e39ea"
     assert run["wall_s"] == 151 and run["stopped"] == "every primary claim decided"
-    assert run["machine"] == "AMD EPYC, 2 cores, trained on cpu; Intel Xeon, 16 cores, trained on cuda (NVIDIA H200)"
-    assert run["sittings"] == sittings and "on AMD EPYC, 2 cores, trained on cpu; Intel" in readme_claims._source(run, {}, "")
+    assert run["machine"] == ("AMD EPYC (2 cores, trained on cpu) and Intel Xeon (16 cores, trained on cuda "
+                              "(NVIDIA H200))")
+    assert run["sittings"] == sittings and "s on AMD EPYC (2 cores, trained on cpu) and Intel" in readme_claims._source(run, {}, "")

@@ -398,3 +398,28 @@ def test_a_look_waits_for_its_rounds_runs(tmp_path):
 
 if __name__ == "__main__":
     print(power_table(int(sys.argv[1]) if len(sys.argv) > 1 else 10_000))
+
+
+@pytest.mark.parametrize("margin", [0.0, 0.2])
+def test_a_claim_undecided_after_the_last_look_says_how_many_pairs_would_decide_it(tmp_path, margin):
+    """Reference: stats.pairs_needed (itself checked against G*Power and a simulation, tests/test_stats.py)
+    on the claim's 10 differences, with its margin in points read as a fraction (0.2 -> 0.002), at the last
+    look's level over this claim's 2 hypotheses: GN 0.5 points above BN at an SD of about 1 point is
+    undecided at every look (t ~ 1.6 at 10 pairs), and its note and fields say what would decide it."""
+    from test_summarize import write_run
+
+    from normbench.summary.summarize import compute
+
+    e = [0.012, -0.008, 0.015, -0.011, 0.004, 0.018, -0.013, 0.009, -0.002, 0.026]
+    for seed, x in enumerate(e):
+        write_run(tmp_path, f"bn_{seed}", norm="bn", seed=seed, test_acc=0.80)
+        write_run(tmp_path, f"gn_{seed}", norm="gn", seed=seed, test_acc=0.80 + x)
+    raw = yaml.safe_load(_primary_claim(tmp_path).read_text())
+    (tmp_path / "claims.yaml").write_text(yaml.safe_dump([{**raw[0], "margin": margin}]))
+    proto = protocol.Protocol(family=())  # this claim alone: 2 hypotheses
+    [r] = compute(tmp_path, claims_file=tmp_path / "claims.yaml", protocol=proto).claims
+    assert r.verdict == "inconclusive" and r.look == 3 and r.n == 10
+    level = proto.levels[-1] / 2
+    assert (r.needed_to, r.pairs_needed) == stats.pairs_needed(r.diffs, "greater", margin / 100, level)
+    assert r.needed_to == "hold" and r.pairs_needed > 10
+    assert f"about {r.pairs_needed} pairs would hold it (power 80% at level {level:.2g}" in r.note, r.note

@@ -117,8 +117,11 @@ def sitting() -> dict:
     import torch
 
     from normbench.results import cpu_model, git_sha
+    from normbench.train.device import pick_device
 
-    device = f"cuda ({torch.cuda.get_device_name()})" if torch.cuda.is_available() else "cpu"
+    device = pick_device("auto").type  # what each job's device=auto picks
+    if device == "cuda":
+        device = f"cuda ({torch.cuda.get_device_name()})"
     return {"started": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "cpu": cpu_model(), "cores": os.cpu_count(),
             "device": device, "torch": torch.__version__, "git_sha": git_sha()}
 

@@ -107,6 +107,7 @@ class Study:
         self.claims = {s.name: primary_claims(s) for s in studies}
         self.failed: list[str] = []
         self._universe: tuple[int | None, list[joblist.Job]] = (None, [])  # (widened values, the jobs)
+        self._sitting: dict | None = None  # run()'s, until its first job starts
 
     # --- what each round trains --------------------------------------------------------------------------
 
@@ -171,6 +172,9 @@ class Study:
         before = self.state.seconds.get(key, 0.0)  # an interrupted invocation's seconds stay counted
         for j in todo:
             self.state.jobs[f"{j.study}/{j.name}"] = list(j.overrides)
+        if self._sitting is not None:  # this invocation trains: where, and from how many jobs done
+            self.state.sittings.append({**self._sitting, "jobs_done_before": len(self.state.done)})
+            self._sitting = None
         with ThreadPoolExecutor(self.workers) as pool:
             futures = {pool.submit(self._one, j, seeds, index): j for j in todo}
             for n, future in enumerate(as_completed(futures), 1):
@@ -262,11 +266,10 @@ class Study:
 
     def run(self, sitting: dict | None = None) -> str:
         """Round after round until the study may stop; returns why it stopped. `sitting` (this invocation's
-        machine and code, `command.sitting()`) is kept in study.json with the jobs it finished."""
+        machine and code, `command.sitting()`) is kept in study.json once this invocation trains a job."""
         open_keys, why = None, ""
         self.state.finished = None
-        if sitting is not None:
-            self.state.sittings.append({**sitting, "jobs_done_before": len(self.state.done)})
+        self._sitting = sitting
         self.state.save(self.out)
         for index in range(len(self.proto.looks)):
             jobs = self.round_jobs(index, open_keys)

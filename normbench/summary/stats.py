@@ -146,39 +146,49 @@ def power(n: int, effect: float, alpha: float) -> float:
     degrees of freedom and noncentrality effect * sqrt(n) (G*Power's "difference from constant")."""
     from scipy.special import nctdtr
 
-    return 1.0 - float(nctdtr(n - 1, effect * math.sqrt(n), t_quantile(1.0 - alpha, n - 1)))
+    missed = float(nctdtr(n - 1, effect * math.sqrt(n), t_quantile(1.0 - alpha, n - 1)))
+    return 1.0 if math.isnan(missed) and effect > 0 else 1.0 - missed  # nctdtr gives NaN far in the tail
 
 
 def pairs_needed(d: list[float], expect: str, margin: float, alpha: float, target: float = POWER,
                  limit: int = 100_000) -> tuple[str, int | None]:
     """How many pairs would decide a claim at level `alpha` with power `target`, were the mean and SD of
-    its differences `d` the true ones: ("hold" or "refute", n), n None where the measured mean sits on the
-    bound or more than `limit` would be needed. The side the measured mean lies on says which: beyond the
-    margin in the expected direction, the claim's one-sided t-test (for an equivalence, inside the margin:
-    TOST's nearer bound, the test that binds); else the opposite one (protocol's refutation). With no spread
-    in `d`, the exact test's n (its smallest p is 2^-n). A planning figure from the observed effect, not a
-    test: the true effect may be smaller."""
+    its differences `d` the true ones: ("hold" or "refute", n); ("", None) where the measured mean sits on
+    the claim's bound (nothing decides it), (way, None) where more than `limit` would be needed. The side
+    the measured mean lies on says which test: beyond the margin in the expected direction, the claim's
+    one-sided t-test; else the opposite one. For an equivalence (verdicts.pvalues' tests): inside the margin,
+    TOST, whose power is at least P(near side) + P(far side) - 1 (the bound used here); outside it, the
+    one-sided test beyond the nearer bound at alpha / 2 (either side refutes: Bonferroni over the two).
+    With no spread in `d`, the exact sign-flip p answers (t_pvalues), at least 2^-n. A planning figure from
+    the observed effect, not a test: the true effect may be smaller."""
     if len(d) < 2 or expect not in EXPECT:
         raise ValueError("pairs_needed takes two differences or more and an expect of " + ", ".join(EXPECT))
     mean, sd = statistics.fmean(d), statistics.stdev(d)
     if expect == "equivalent":
-        beyond = margin - abs(mean)  # > 0 inside the margin: TOST can hold it
+        beyond, far = margin - abs(mean), margin + abs(mean)  # beyond > 0 inside the margin: TOST can hold it
     else:
-        beyond = (mean - margin) * (1 if expect == "greater" else -1)
-    way = "hold" if beyond > 0 else "refute"
+        beyond, far = (mean - margin) * (1 if expect == "greater" else -1), math.inf
     if beyond == 0:
+        return "", None
+    way = "hold" if beyond > 0 else "refute"
+    level = alpha / 2 if expect == "equivalent" and way == "refute" else alpha
+    if sd == 0:
+        return way, max(2, math.ceil(math.log2(1.0 / level)))
+    near, far = abs(beyond) / sd, far / sd
+
+    def reaches(n: int) -> bool:
+        if expect == "equivalent" and way == "hold":
+            return power(n, near, level) + power(n, far, level) - 1.0 >= target
+        return power(n, near, level) >= target
+
+    if not reaches(limit):
         return way, None
-    if sd == 0:  # t_pvalues answers with the exact sign-flip p then: at least 2^-n
-        return way, max(2, math.ceil(math.log2(1.0 / alpha)))
-    effect = abs(beyond) / sd
-    if power(limit, effect, alpha) < target:
-        return way, None
-    lo, hi = 1, 2  # power(lo) < target <= power(hi); power grows with n
-    while power(hi, effect, alpha) < target:
+    lo, hi = 1, 2  # not reaches(lo), reaches(hi): the power grows with n
+    while not reaches(hi):
         lo, hi = hi, min(2 * hi, limit)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if power(mid, effect, alpha) < target else (lo, mid)
+        lo, hi = (mid, hi) if not reaches(mid) else (lo, mid)
     return way, hi
 
 

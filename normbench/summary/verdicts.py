@@ -320,15 +320,18 @@ def _needed(r: ClaimResult, diffs: list[float], proto) -> str:
     the family's every hypothesis (Holm's strictest step), were its measured mean and SD the true ones."""
     from normbench.summary.stats import POWER, pairs_needed
 
-    level = proto.levels[-1] / (2 * len(proto.family))
+    hypotheses = 2 * len(proto.family)
+    level = proto.levels[-1] / hypotheses
     c = r.claim
     r.needed_to, r.pairs_needed = pairs_needed(diffs, c.expect, c.margin / c.scale, level)
-    if r.pairs_needed is None:  # its mean on the bound, no spread, or beyond stats.pairs_needed's limit
-        return (f"undecided after the last look; no number of pairs is sure to {r.needed_to} it at power "
-                f"{POWER:.0%}, were its measured mean and SD true")
+    if not r.needed_to:
+        return "undecided after the last look; its measured mean sits on its bound: no number of pairs would decide it"
+    if r.pairs_needed is None:
+        return (f"undecided after the last look; more than 100,000 pairs would be needed to {r.needed_to} it at "
+                f"power {POWER:.0%}, were its measured mean and SD true")
     return (f"undecided after the last look; about {r.pairs_needed} pairs would {r.needed_to} it (power {POWER:.0%} at "
-            f"level {level:.2g}, the last look's over the family's {2 * len(proto.family)} hypotheses, were its "
-            "measured mean and SD true)")
+            f"level {level:.2g}, the last look's over the family's {hypotheses} hypotheses, were its measured mean "
+            "and SD true)")
 
 
 def _conclude(r: ClaimResult, primary: bool, proto, state: dict, last: dict, waiting) -> None:
