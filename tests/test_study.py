@@ -206,6 +206,9 @@ def test_a_toy_study_decides_the_large_effect_first_and_trains_only_the_null_aft
     started = dict(re.findall(r"^(round 1(?:, widening \d+ lr grids? before look 1 counts)?): .* at once, "
                               r"~((?:\d+ min )?\d+ s)$", said, re.M))
     assert started.get("round 1") == shown and len(started) == 2, said
+    # each finished job says what is left of its batch by the same estimates; the batch's last, nothing
+    assert re.search(r"^  \[1/4\] toy/\S+: done in \d+ s; the rest at most ~(\d+ min )?\d+ s by the plan$", said, re.M)
+    assert re.search(r"^  \[4/4\] toy/\S+: done in \d+ s$", said, re.M), said
 
     # Run again: nothing is trained, the same verdicts come back (the study resumes from its folder).
     assert command.main(["toy", "scale=quick", f"out={out}", f"protocol={proto}"]) == 0

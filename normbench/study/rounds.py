@@ -164,7 +164,8 @@ class Study:
         todo = [j for j in jobs if self._done_key(j, index) not in self.state.done]
         if not todo:
             return
-        eta = schedule([self.estimate(j, seeds) for j in todo], self.workers)  # the plan's calibrations
+        planned = {(j.study, j.name): self.estimate(j, seeds) for j in todo}  # the plan's calibrations
+        eta = schedule(list(planned.values()), self.workers)
         self.say(f"{label}: {len(todo)} job{'s' * (len(todo) > 1)} at seeds {seeds[0]}-{seeds[-1]}, "
                  f"{self.workers} at once, ~{_hms(eta)}")
         started = time.perf_counter()
@@ -179,12 +180,15 @@ class Study:
             futures = {pool.submit(self._one, j, seeds, index): j for j in todo}
             for n, future in enumerate(as_completed(futures), 1):
                 job, (code, seconds, log) = futures[future], future.result()
+                planned.pop((job.study, job.name))  # finished: what is left is the jobs still to end
                 if code == 0:
                     self.state.done.append(self._done_key(job, index))
                 else:
                     self.failed.append(f"{job.study}/{job.name} (exit {code}; {log})")
+                rest = schedule(list(planned.values()), self.workers)  # jobs in flight counted whole: at most
+                left = f"; the rest at most ~{_hms(rest)} by the plan" if planned else ""
                 self.say(f"  [{n}/{len(todo)}] {job.study}/{job.name}: "
-                         f"{'done' if code == 0 else f'FAILED (exit {code}), see {log}'} in {seconds:.0f} s")
+                         f"{'done' if code == 0 else f'FAILED (exit {code}), see {log}'} in {seconds:.0f} s{left}")
                 self.state.seconds[key] = before + time.perf_counter() - started
                 self.state.save(self.out)
 
