@@ -61,6 +61,26 @@ def test_study_settings_fail_in_one_line():
     assert command.parse_budget("1.5h") == 5400 and command.parse_budget(None) is None
 
 
+def test_a_folder_trained_under_another_plan_is_refused_in_one_line(tmp_path):
+    """A study folder whose study.json lists a job the plan no longer has (ghost_batch's bn-9, from the
+    plan before BRN got a sweep of its own) is refused: resumed, its runs could not pair with the new jobs'
+    (they differ in statistics_suite), so its claims would wait for pairs that never come. A job the plan
+    has, trained with the same overrides, is fine."""
+    from normbench.study.rounds import Study
+
+    out = tmp_path / "o"
+    out.mkdir()
+    study = spec.load("ghost_batch")
+    first = jobs.study_jobs(study, "laptop")[0]
+    state = {"studies": ["ghost_batch"], "scale": "laptop", "jobs": {f"ghost_batch/{first.name}": list(first.overrides)}}
+    (out / "study.json").write_text(json.dumps(state))
+    assert Study([study], "laptop", out, 1, None).universe()
+    state["jobs"]["ghost_batch/bn-9"] = ["experiment=ghost_batch", "norm=brn", "norm.ghost_batch=64"]
+    (out / "study.json").write_text(json.dumps(state))
+    with pytest.raises(UserError, match="job ghost_batch/bn-9 .1 in all. trained under a plan that no longer has it"):
+        Study([study], "laptop", out, 1, None).universe()
+
+
 def test_unknown_study_is_one_line_and_exit_2(tmp_path):
     r = normbench_cli("study", "ghost", "--plan", f"out={tmp_path / 'o'}", cwd=tmp_path)
     assert r.returncode == 2, r.stderr

@@ -122,6 +122,13 @@ class Study:
                     raise UserError(f"{self.out}: job {j.study}/{j.name} trained as {' '.join(trained)}; the study's "
                                     f"plan now makes it {' '.join(j.overrides)}",
                                     "resume it with the plan it started with, or choose another out=")
+            planned = {f"{j.study}/{j.name}" for j in jobs}
+            mine = {s.name for s in self.studies}
+            stray = sorted(k for k in self.state.jobs if k.split("/")[0] in mine and k not in planned)
+            if stray:  # trained under a plan that had jobs this one has not: its claims could not pair them
+                raise UserError(f"{self.out}: job {stray[0]} ({len(stray)} in all) trained under a plan that no longer "
+                                "has it", "resume it at the commit it started from (study.json's sittings), or choose "
+                                "another out=")
             self._universe = (key, jobs)
         return self._universe[1]
 
@@ -176,8 +183,9 @@ class Study:
         if self._sitting is not None:  # this invocation trains: where, and from how many jobs done
             self.state.sittings.append({**self._sitting, "jobs_done_before": len(self.state.done)})
             self._sitting = None
-        with ThreadPoolExecutor(self.workers) as pool:
-            futures = {pool.submit(self._one, j, seeds, index): j for j in todo}
+        with ThreadPoolExecutor(self.workers) as pool:  # longest first, as `schedule` assumes
+            order = sorted(todo, key=lambda j: -planned[(j.study, j.name)])
+            futures = {pool.submit(self._one, j, seeds, index): j for j in order}
             for n, future in enumerate(as_completed(futures), 1):
                 job, (code, seconds, log) = futures[future], future.result()
                 planned.pop((job.study, job.name))  # finished: what is left is the jobs still to end
