@@ -63,16 +63,19 @@ def test_study_settings_fail_in_one_line():
 
 def test_a_folder_trained_under_another_plan_is_refused_in_one_line(tmp_path):
     """A study folder whose study.json lists a job the plan no longer has (ghost_batch's bn-9, from the
-    plan before BRN got a sweep of its own) is refused: resumed, its runs could not pair with the new jobs'
-    (they differ in statistics_suite), so its claims would wait for pairs that never come. A job the plan
-    has, trained with the same overrides, is fine."""
+    plan before BRN got a sweep of its own) is refused: resumed, the new plan would train the same cell
+    again (statistics_suite is a runtime key, which cells ignore), two runs per seed that a claim drops as
+    ambiguous. A job the plan has, trained with the same overrides, is fine, and so is a widened one."""
     from normbench.study.rounds import Study
 
     out = tmp_path / "o"
     out.mkdir()
     study = spec.load("ghost_batch")
     first = jobs.study_jobs(study, "laptop")[0]
-    state = {"studies": ["ghost_batch"], "scale": "laptop", "jobs": {f"ghost_batch/{first.name}": list(first.overrides)}}
+    widened = {"study": "ghost_batch", "base": first.name, "lr": 0.003, "round": 1}
+    [wide] = [j for j in jobs.study_jobs(study, "laptop", [widened]) if j.name == f"{first.name}-lr0.003"]
+    state = {"studies": ["ghost_batch"], "scale": "laptop", "widened": [widened],
+             "jobs": {f"ghost_batch/{j.name}": list(j.overrides) for j in (first, wide)}}
     (out / "study.json").write_text(json.dumps(state))
     assert Study([study], "laptop", out, 1, None).universe()
     state["jobs"]["ghost_batch/bn-9"] = ["experiment=ghost_batch", "norm=brn", "norm.ghost_batch=64"]

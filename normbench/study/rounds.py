@@ -125,7 +125,8 @@ class Study:
             planned = {f"{j.study}/{j.name}" for j in jobs}
             mine = {s.name for s in self.studies}
             stray = sorted(k for k in self.state.jobs if k.split("/")[0] in mine and k not in planned)
-            if stray:  # trained under a plan that had jobs this one has not: its claims could not pair them
+            if stray:  # trained under another plan: a cell trained twice per seed (runtime keys aside), whose
+                # seeds a claim would drop as ambiguous
                 raise UserError(f"{self.out}: job {stray[0]} ({len(stray)} in all) trained under a plan that no longer "
                                 "has it", "resume it at the commit it started from (study.json's sittings), or choose "
                                 "another out=")
