@@ -30,6 +30,7 @@ from pathlib import Path
 from normbench.results import PACK, RESULTS
 from normbench.study.rounds import STATE
 from normbench.summary.discover import find_runs
+from normbench.train.guards import CHECKPOINT
 
 
 def kept(src: Path) -> list[Path]:
@@ -49,7 +50,7 @@ def kept(src: Path) -> list[Path]:
     return sorted(out)
 
 
-SKIPPED = ("checkpoint.pt", "events.out.tfevents")  # and *.log
+SKIPPED = (CHECKPOINT, "events.out.tfevents")  # and *.log
 
 
 def kept_study(src: Path) -> list[Path]:

@@ -122,9 +122,7 @@ class Study:
                     raise UserError(f"{self.out}: job {j.study}/{j.name} trained as {' '.join(trained)}; the study's "
                                     f"plan now makes it {' '.join(j.overrides)}",
                                     "resume it with the plan it started with, or choose another out=")
-            planned = {f"{j.study}/{j.name}" for j in jobs}
-            mine = {s.name for s in self.studies}
-            stray = sorted(k for k in self.state.jobs if k.split("/")[0] in mine and k not in planned)
+            stray = sorted(set(self.state.jobs) - {f"{j.study}/{j.name}" for j in jobs})  # State.open: same studies
             if stray:  # trained under another plan: a cell trained twice per seed (runtime keys aside), whose
                 # seeds a claim would drop as ambiguous
                 raise UserError(f"{self.out}: job {stray[0]} ({len(stray)} in all) trained under a plan that no longer "

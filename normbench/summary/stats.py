@@ -138,6 +138,7 @@ def t_pvalues(d, expect: str, margin: float = 0.0):
 
 
 POWER = 0.8  # the power pairs_needed asks for
+PAIRS_LIMIT = 100_000  # ... and the most pairs it searches
 
 
 def power(n: int, effect: float, alpha: float) -> float:
@@ -151,7 +152,7 @@ def power(n: int, effect: float, alpha: float) -> float:
 
 
 def pairs_needed(d: list[float], expect: str, margin: float, alpha: float, target: float = POWER,
-                 limit: int = 100_000) -> tuple[str, int | None]:
+                 limit: int = PAIRS_LIMIT) -> tuple[str, int | None]:
     """How many pairs would decide a claim at level `alpha` with power `target`, were the mean and SD of
     its differences `d` the true ones: ("hold" or "refute", n); ("", None) where the measured mean sits on
     the claim's bound (nothing decides it), (way, None) where more than `limit` would be needed. The side

@@ -318,7 +318,7 @@ def test(claims: list[Claim], runs: list[Run], grid: list[Run] | None = None, pr
 def _needed(r: ClaimResult, diffs: list[float], proto) -> str:
     """After the last look: the pairs that would decide the claim with power 0.8 at the last look's level over
     the family's every hypothesis (Holm's strictest step), were its measured mean and SD the true ones."""
-    from normbench.summary.stats import POWER, pairs_needed
+    from normbench.summary.stats import PAIRS_LIMIT, POWER, pairs_needed
 
     hypotheses = 2 * len(proto.family)
     level = proto.levels[-1] / hypotheses
@@ -327,7 +327,7 @@ def _needed(r: ClaimResult, diffs: list[float], proto) -> str:
     if not r.needed_to:
         return "undecided after the last look; its measured mean sits on its bound: no number of pairs would decide it"
     if r.pairs_needed is None:
-        return (f"undecided after the last look; more than 100,000 pairs would be needed to {r.needed_to} it at "
+        return (f"undecided after the last look; more than {PAIRS_LIMIT:,} pairs would be needed to {r.needed_to} it at "
                 f"power {POWER:.0%}, were its measured mean and SD true")
     return (f"undecided after the last look; about {r.pairs_needed} pairs would {r.needed_to} it (power {POWER:.0%} at "
             f"level {level:.2g}, the last look's over the family's {hypotheses} hypotheses, were its measured mean "
