@@ -216,6 +216,8 @@ def test_a_toy_study_decides_the_large_effect_first_and_trains_only_the_null_aft
     assert sitting["jobs_done_before"] == 0 and sitting["git_sha"] == git_sha()
     assert sitting["cpu"] and sitting["torch"] == torch.__version__
     measured = state["seconds"]["1"]  # round 1's jobs; the values widening added count apart
+    assert sorted(state["job_seconds"]) == sorted(state["done"])  # each job's seconds beside the plan's
+    assert all(s > 0 and plan > 0 for s, plan in state["job_seconds"].values()), state["job_seconds"]
     # Widening: the BN cells (read by the claims open before look 1) chose an lr at their grid's edge at 30
     # steps, so the next values were trained at round 1's seeds before look 1 counted; the BN claim was
     # then decided, so round 2 trained none of them (the assertion on r2 above).
@@ -269,18 +271,32 @@ def test_a_run_that_really_diverges_is_scored_at_chance_and_named(tmp_path):
         in claim.note, claim.note
 
 
+def _seconds(hms: str) -> float:
+    """The plan's durations back to seconds ('4 min 10 s', '1 h 02 min', '45 s'; rounds._hms)."""
+    h, m, s = (re.search(rf"(\d+) {unit}\b", hms) for unit in ("h", "min", "s"))
+    return sum(int(x.group(1)) * k for x, k in ((h, 3600), (m, 60), (s, 1)) if x)
+
+
 @pytest.mark.slow
 @requires_real_data
 @pytest.mark.timeout(1800)
 def test_the_reproduce_at_its_quick_size_runs_every_study_through_the_protocol(tmp_path):
-    """`normbench study all scale=quick budget=7m` (what scripts/reproduce.sh runs, at the smoke size, its
-    budget leaving room for round 1 alone: ~12 minutes in all here, the plan's calibration included): the
-    plan is printed before anything trains, every shipped study trains and is summarized, every primary
-    claim of the family is tested at look 1, and the study stops before a round the budget cannot pay."""
+    """`normbench study all scale=quick` (what scripts/reproduce.sh runs, at the smoke size; ~12 minutes in
+    all here, the plan's calibration included): the plan is printed before anything trains, every shipped
+    study trains and is summarized, every primary claim of the family is tested at look 1, and the study
+    stops before a round the budget cannot pay. The budget is this machine's own plan for round 1 (`--plan`
+    first; its calibrations are kept and the run reads them): it pays round 1, and round 2 only if round 1
+    ran faster than planned by all of round 2's plan. A fixed budget=7m let a faster CI machine train
+    round 2 as well."""
     out = tmp_path / "reproduce"
-    r = normbench_cli("study", "all", "scale=quick", "budget=7m", f"out={out}", cwd=tmp_path, timeout=1800)
+    p = normbench_cli("study", "all", "scale=quick", f"out={out}", "--plan", cwd=tmp_path, timeout=1800)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    round1 = _seconds(re.search(r"in all: ~(.+?) for round 1", p.stdout).group(1))
+    budget = f"{round1 + (61 if round1 >= 3600 else 2):.0f}s"  # the plan rounds to seconds, or minutes past 1 h
+    r = normbench_cli("study", "all", "scale=quick", f"budget={budget}", f"out={out}", cwd=tmp_path, timeout=1800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert r.stdout.index("round 1, seeds 0-2:") < r.stdout.index("round 1: ")  # the plan, then the training
+    assert "calibrating" not in r.stdout  # the --plan's calibrations were kept and read
     assert "stopped: the budget is spent: round 2 would need" in r.stdout, r.stdout[-3000:]
     for name in spec.names():
         assert (out / name / "summary" / "summary.json").exists(), name
