@@ -10,7 +10,8 @@ README.md's `<!-- claims:begin -->` ... `<!-- claims:end -->` section is the pri
 normbench/configs/experiment/*.yaml: the confirmatory family of docs/protocol.md) with their verdicts, and
 docs/results/claims.png, their forest plot. docs/results/README.md has the same markers around every claim
 (primary, then exploratory) and `<!-- tables:begin -->` ... `<!-- tables:end -->` around each study's tables
-and figures. A claim the checked-in run does not hold (a study not yet run at its current design) says so
+and figures, and `<!-- run:begin -->` ... `<!-- run:end -->` around how the record was made (run.json: its
+sittings, each round's and each study's seconds against the plan's). A claim the checked-in run does not hold (a study not yet run at its current design) says so
 instead of a verdict. Numbers are copied from summary.json and the summaries, never computed here:
 summarize tested them.
 """
@@ -40,6 +41,7 @@ RESULTS_README = RESULTS / "README.md"
 FIGURE = "claims.png"  # in docs/results/: the primary claims' forest plot, the README's figure
 BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
 TABLES_BEGIN, TABLES_END = "<!-- tables:begin -->", "<!-- tables:end -->"
+RUN_BEGIN, RUN_END = "<!-- run:begin -->", "<!-- run:end -->"
 # The studies' own summaries (docs/results/<study>/summary.md, from `summarize <study> --select lr`), in
 # docs/results/README.md's order; a study not listed comes after them.
 ORDER = ["ghost_batch", "headline_seeds", "small_batch", "values_per_channel", "values_per_channel_ghost",
@@ -110,6 +112,9 @@ def _verdict(t: dict, role: str) -> str:
         text += f" (look {t['look']} of {t.get('looks') or '?'})"
     if not t["n"] and t.get("note"):
         text += f": {t['note']}"
+    elif t.get("needed_to"):  # undecided after the last look: how many pairs would decide it
+        text += (f": ~{t['pairs_needed']:,} pairs would {t['needed_to']} it" if t.get("pairs_needed") else
+                 f": no number of pairs within reach would {t['needed_to']} it")
     return text
 
 
@@ -182,6 +187,41 @@ def all_claims_section(results: Path = RESULTS, link: str = "") -> str:
         lines += _notes([(study, raw) for study, raw in declared() if (raw.get("role") or "exploratory") == role])
         lines.append("")
     return "\n".join(lines).rstrip("\n")
+
+
+def _hms(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{seconds / 60:.1f} min"
+
+
+def run_section(results: Path = RESULTS) -> str:
+    """docs/results/README.md's account of how the record was made, from its run.json: the command, where
+    and at which commit each sitting trained, the seconds of each round, each study's process time against
+    the plan's estimate, the lr values widening added, and why the study stopped."""
+    run = _tested(results)[1]
+    if not run or "sittings" not in run:
+        return ("The checked-in run predates `normbench study` (below); `scripts/readme_claims.py --record` "
+                "writes its record's account here.")
+    lines = [f"`{run['command']}` (`scripts/reproduce.sh`), its runs at git {run['git_sha']}, "
+             f"last run {run['date']}; it stopped because {run['stopped']}.", "",
+             "| sitting | started (UTC) | processor | cores | trained on | torch | commit | jobs done before |",
+             "|---|---|---|---|---|---|---|---|"]
+    for n, s in enumerate(run["sittings"], 1):
+        lines.append(f"| {n} | {s.get('started', '')} | {s['cpu']} | {s['cores']} | {s['device']} | "
+                     f"{s.get('torch', '')} | {str(s.get('git_sha', ''))[:7]} | {s.get('jobs_done_before', '')} |")
+    rounds = ", ".join(f"round {k}: {_hms(v)}" for k, v in run["seconds_per_round"].items())
+    lines += ["", f"Wall time, jobs side by side: {_hms(run['wall_s'])} in all ({rounds})."]
+    if run.get("seconds_per_study"):
+        lines += ["", "Each study's process time (its jobs' seconds added up) against the plan's estimate "
+                  "(`normbench study ... --plan`, from calibrations on the same machine):", "",
+                  "| study | process time | the plan's | measured / planned |", "|---|---|---|---|"]
+        for study, row in run["seconds_per_study"].items():
+            lines.append(f"| {study} | {_hms(row['seconds'])} | {_hms(row['planned'])} | "
+                         f"{row['seconds'] / row['planned']:.2f} |")
+    if run.get("widened"):
+        added = ", ".join(f"{w['study']}/{w['base']} lr {w['lr']:g} (round {w['round']})" for w in run["widened"])
+        lines += ["", f"The lr values widening added (docs/protocol.md): {added}."]
+    return "\n".join(lines)
 
 
 def _pair(row: dict, low: str, high: str) -> tuple[float, float] | None:
@@ -299,6 +339,7 @@ def record(out: Path) -> None:
            "git_sha": sha.strip(), **where, "sittings": sittings,
            "date": time.strftime("%Y-%m-%d", time.gmtime(dates[-1])) if dates else "",
            "wall_s": round(sum(state["seconds"].values())), "seconds_per_round": state["seconds"],
+           "seconds_per_study": per_study(state),
            "widened": state.get("widened", []), "stopped": state["finished"]}
     for stale in (p for p in RESULTS.iterdir() if p.is_dir()):  # the previous record's studies (git keeps them)
         shutil.rmtree(stale)
@@ -315,10 +356,26 @@ def record(out: Path) -> None:
     (RESULTS / "run.json").write_text(json.dumps(run, indent=2) + "\n")
 
 
+def per_study(state: dict) -> dict:
+    """Each study's process time against the plan's (study.json's job_seconds: every finished job's seconds
+    and the plan's estimate of it), in all and by round ("1", "2", ...; widening's jobs count in their round).
+    Process time: jobs ran side by side, so a study's is more than the wall time it added."""
+    out: dict = {}
+    for key, (seconds, planned) in sorted(state.get("job_seconds", {}).items()):
+        study, folder = key.split("/")[:2]  # <study>/r<round>/<job>
+        row = out.setdefault(study, {"seconds": 0.0, "planned": 0.0, "by_round": {}})
+        by = row["by_round"].setdefault(folder.removeprefix("r"), {"seconds": 0.0, "planned": 0.0})
+        for d in (row, by):
+            d["seconds"] = round(d["seconds"] + seconds, 1)
+            d["planned"] = round(d["planned"] + planned, 1)
+    return out
+
+
 def wanted() -> dict[Path, dict[tuple[str, str], str]]:
     """Each generated file's sections, by their (begin, end) markers."""
     return {README: {(BEGIN, END): section()},
-            RESULTS_README: {(BEGIN, END): all_claims_section(), (TABLES_BEGIN, TABLES_END): tables_section()}}
+            RESULTS_README: {(RUN_BEGIN, RUN_END): run_section(), (BEGIN, END): all_claims_section(),
+                             (TABLES_BEGIN, TABLES_END): tables_section()}}
 
 
 def main(argv: list[str]) -> int:

@@ -510,7 +510,9 @@ def test_readme_claims_record_checks_the_run_in(tmp_path, monkeypatch):
         m.mkdir(parents=True)
         (m / "results.json").write_text(json.dumps({"git_sha": "83e39ea0123", "test_acc": 0.8}))
         (m / "checkpoint.pt").write_bytes(b"not copied")
-    state = {"studies": ["ghost_batch"], "scale": "laptop", "seconds": {"1": 100.4, "2": 50.2}, "finished": None}
+    state = {"studies": ["ghost_batch"], "scale": "laptop", "seconds": {"1": 100.4, "2": 50.2}, "finished": None,
+             "job_seconds": {"ghost_batch/r1/bn-0": [60.0, 50.0], "ghost_batch/r1/bn-0-lr0.4": [30.2, 25.0],
+                             "ghost_batch/r2/bn-0": [50.2, 40.0]}}
     (out / "study.json").write_text(json.dumps(state))
     with pytest.raises(SystemExit, match="has not finished"):
         readme_claims.record(out)
@@ -526,6 +528,13 @@ def test_readme_claims_record_checks_the_run_in(tmp_path, monkeypatch):
     run = json.loads((results / "run.json").read_text())
     assert run["command"] == "normbench study ghost_batch scale=laptop" and run["git_sha"] == "83e39ea"
     assert run["wall_s"] == 151 and run["stopped"] == "every primary claim decided"
+    assert run["seconds_per_study"] == {"ghost_batch": {"seconds": 140.4, "planned": 115.0, "by_round": {
+        "1": {"seconds": 90.2, "planned": 75.0}, "2": {"seconds": 50.2, "planned": 40.0}}}}
+    made = readme_claims.run_section(results)  # docs/results/README.md's account of it, from run.json alone
+    assert "`normbench study ghost_batch scale=laptop` (`scripts/reproduce.sh`), its runs at git 83e39ea" in made
+    assert "| 2 |  | Intel Xeon | 16 | cuda (NVIDIA H200) |  |  |  |" in made, made
+    assert "Wall time, jobs side by side: 2.5 min in all (round 1: 1.7 min, round 2: 0.8 min)." in made
+    assert "| ghost_batch | 2.3 min | 1.9 min | 1.22 |" in made, made
     assert run["machine"] == ("AMD EPYC (2 cores, trained on cpu) and Intel Xeon (16 cores, trained on cuda "
                               "(NVIDIA H200))")
     assert run["sittings"] == sittings and "s on AMD EPYC (2 cores, trained on cpu) and Intel" in readme_claims._source(run, {}, "")

@@ -41,6 +41,7 @@ class State:
     done: list[str] = field(default_factory=list)  # job folders (relative to the study's) whose train exited 0
     jobs: dict[str, list[str]] = field(default_factory=dict)  # "<study>/<job>" -> the overrides it trained with
     seconds: dict[str, float] = field(default_factory=dict)  # "1", "1 widening", "2", ...: seconds trained
+    job_seconds: dict[str, list[float]] = field(default_factory=dict)  # a done job's key -> [seconds, planned]
     sittings: list[dict] = field(default_factory=list)  # each invocation that trained: when, where, its code
     finished: str | None = None
 
@@ -187,9 +188,10 @@ class Study:
             futures = {pool.submit(self._one, j, seeds, index): j for j in order}
             for n, future in enumerate(as_completed(futures), 1):
                 job, (code, seconds, log) = futures[future], future.result()
-                planned.pop((job.study, job.name))  # finished: what is left is the jobs still to end
+                plan = planned.pop((job.study, job.name))  # finished: what is left is the jobs still to end
                 if code == 0:
                     self.state.done.append(self._done_key(job, index))
+                    self.state.job_seconds[self._done_key(job, index)] = [round(seconds, 1), round(plan, 1)]
                 else:
                     self.failed.append(f"{job.study}/{job.name} (exit {code}; {log})")
                 rest = schedule(list(planned.values()), self.workers)  # jobs in flight counted whole: at most
