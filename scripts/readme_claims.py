@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 from normbench.results import cpu_model
 from normbench.summary import claims
 from normbench.summary.show import claims_table
+from normbench.summary.stats import PAIRS_LIMIT, POWER
 
 EXPERIMENTS = REPO / "normbench" / "configs" / "experiment"
 RESULTS = REPO / "docs" / "results"
@@ -113,8 +114,9 @@ def _verdict(t: dict, role: str) -> str:
     if not t["n"] and t.get("note"):
         text += f": {t['note']}"
     elif t.get("needed_to"):  # undecided after the last look: how many pairs would decide it
-        text += (f": ~{t['pairs_needed']:,} pairs would {t['needed_to']} it" if t.get("pairs_needed") else
-                 f": no number of pairs within reach would {t['needed_to']} it")
+        text += (f": ~{t['pairs_needed']:,} pairs would {t['needed_to']} it ({POWER:.0%} power, were the "
+                 "measured mean and SD true)" if t.get("pairs_needed") else
+                 f": more than {PAIRS_LIMIT:,} pairs would be needed to {t['needed_to']} it")
     return text
 
 
@@ -210,14 +212,16 @@ def run_section(results: Path = RESULTS) -> str:
         lines.append(f"| {n} | {s.get('started', '')} | {s['cpu']} | {s['cores']} | {s['device']} | "
                      f"{s.get('torch', '')} | {str(s.get('git_sha', ''))[:7]} | {s.get('jobs_done_before', '')} |")
     rounds = ", ".join(f"round {k}: {_hms(v)}" for k, v in run["seconds_per_round"].items())
-    lines += ["", f"Wall time, jobs side by side: {_hms(run['wall_s'])} in all ({rounds})."]
+    lines += ["", f"Training wall time, jobs side by side (calibrations, looks and summaries not counted): "
+              f"{_hms(run['wall_s'])} in all ({rounds})."]
     if run.get("seconds_per_study"):
-        lines += ["", "Each study's process time (its jobs' seconds added up) against the plan's estimate "
-                  "(`normbench study ... --plan`, from calibrations on the same machine):", "",
+        lines += ["", "Each study's process time (its jobs' seconds added up; a job a stopped sitting left "
+                  "half-done counts only the sitting that finished it) against the plan's estimate (`normbench "
+                  "study ... --plan`, from the calibrations the first sitting took):", "",
                   "| study | process time | the plan's | measured / planned |", "|---|---|---|---|"]
         for study, row in run["seconds_per_study"].items():
-            lines.append(f"| {study} | {_hms(row['seconds'])} | {_hms(row['planned'])} | "
-                         f"{row['seconds'] / row['planned']:.2f} |")
+            ratio = f"{row['seconds'] / row['planned']:.2f}" if row["planned"] else ""
+            lines.append(f"| {study} | {_hms(row['seconds'])} | {_hms(row['planned'])} | {ratio} |")
     if run.get("widened"):
         added = ", ".join(f"{w['study']}/{w['base']} lr {w['lr']:g} (round {w['round']})" for w in run["widened"])
         lines += ["", f"The lr values widening added (docs/protocol.md): {added}."]

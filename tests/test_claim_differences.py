@@ -11,7 +11,7 @@ from scipy import stats as scipy_stats
 from test_summarize import write_run
 
 from normbench.errors import UserError
-from normbench.summary import claims, metrics, protocol, verdicts
+from normbench.summary import claims, metrics, verdicts
 from normbench.summary.discover import find_runs
 from normbench.summary.show import claims_table
 
@@ -89,16 +89,14 @@ def test_a_seed_without_all_four_runs_leaves_the_pairs(tmp_path):
 
 
 def test_a_study_trains_and_reads_the_subtracted_cells(tmp_path):
-    """Reference: the four cells by name: the protocol's next round trains all four selectors (not only a
-    and b), a job of the minus cell is one the claim reads (study/jobs.py asks `selects`), and the cells
+    """Reference: the four cells by name: the claim selects all four (not only a and b), a job of the minus
+    cell is one the claim reads (study/jobs.py asks `selects`), and the cells
     whose lr choices the claim reads (protocol.widen) are all four."""
     from normbench.summary.labels import label_runs
 
     (c,) = claims.parse([DID], "test")
     assert c.selectors() == [{"norm.name": "bn", "batch_size": 2}, {"norm.name": "bn", "batch_size": 32},
                              {"norm.name": "gn", "batch_size": 2}, {"norm.name": "gn", "batch_size": 32}]
-    step = protocol.Look(0, 0.05, {}, [], [c.key])
-    assert protocol.cells_to_train(step, {c.key: c}) == c.selectors()
     assert verdicts.selects(c.a, {"norm.name": "bn", "batch_size": 32})
     assert not verdicts.selects(c.a, {"norm.name": "gn", "batch_size": 32})
     _sweep(tmp_path)

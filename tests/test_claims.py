@@ -486,6 +486,20 @@ def test_a_seed_chooses_only_among_the_lrs_it_ran(tmp_path):
                for note in s.tables[0].notes), s.tables[0].notes
 
 
+def test_readme_verdict_says_how_many_pairs_would_decide_an_undecided_claim():
+    """Reference: summary.json's fields for a primary claim undecided after the last look (verdicts._needed,
+    stats.pairs_needed): the README's verdict cell carries the pairs and the side, or the search's limit."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import readme_claims
+
+    t = {"verdict": "inconclusive", "look": 3, "looks": 3, "n": 10, "needed_to": "hold", "pairs_needed": 1234}
+    assert readme_claims._verdict(t, "primary") == ("**inconclusive** (look 3 of 3): ~1,234 pairs would hold it "
+                                                     "(80% power, were the measured mean and SD true)")
+    assert readme_claims._verdict({**t, "pairs_needed": None, "needed_to": "refute"}, "primary") == (
+        "**inconclusive** (look 3 of 3): more than 100,000 pairs would be needed to refute it")
+    assert readme_claims._verdict({**t, "verdict": "held", "needed_to": ""}, "primary") == "**held** (look 3 of 3)"
+
+
 def test_readme_claims_record_checks_the_run_in(tmp_path, monkeypatch):
     """Reference: the layout `normbench study` writes (out/study.json, out/summary/, out/<study>/summary/,
     out/<study>/r<round>/<job>/<member>/results.json): --record copies the joint summary, each study's
@@ -533,8 +547,15 @@ def test_readme_claims_record_checks_the_run_in(tmp_path, monkeypatch):
     made = readme_claims.run_section(results)  # docs/results/README.md's account of it, from run.json alone
     assert "`normbench study ghost_batch scale=laptop` (`scripts/reproduce.sh`), its runs at git 83e39ea" in made
     assert "| 2 |  | Intel Xeon | 16 | cuda (NVIDIA H200) |  |  |  |" in made, made
-    assert "Wall time, jobs side by side: 2.5 min in all (round 1: 1.7 min, round 2: 0.8 min)." in made
+    assert ("Training wall time, jobs side by side (calibrations, looks and summaries not counted): 2.5 min in all "
+            "(round 1: 1.7 min, round 2: 0.8 min).") in made
     assert "| ghost_batch | 2.3 min | 1.9 min | 1.22 |" in made, made
+    widened = [{"study": "ghost_batch", "base": "bn-0", "lr": 0.4, "round": 1}]
+    (results / "run.json").write_text(json.dumps({**run, "widened": widened}))
+    assert "The lr values widening added (docs/protocol.md): ghost_batch/bn-0 lr 0.4 (round 1)." in \
+        readme_claims.run_section(results)
+    (results / "run.json").write_text(json.dumps({"command": "OUT=outputs/reproduce scripts/reproduce.sh"}))
+    assert "predates `normbench study`" in readme_claims.run_section(results)  # a record made before it
     assert run["machine"] == ("AMD EPYC (2 cores, trained on cpu) and Intel Xeon (16 cores, trained on cuda "
                               "(NVIDIA H200))")
     assert run["sittings"] == sittings and "s on AMD EPYC (2 cores, trained on cpu) and Intel" in readme_claims._source(run, {}, "")

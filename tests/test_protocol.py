@@ -133,7 +133,8 @@ def test_look_is_holm_over_the_whole_family_by_hand():
 
 def test_a_decided_claim_stays_decided():
     """Reference: the protocol's rule: a claim held at look 1 stays held at look 2 whatever its later data
-    (here they point the other way), and its cells are no longer trained; the undecided claim's are."""
+    (here they point the other way); only the undecided one is left for the next round (which trains its
+    cells alone: tests/test_study.py's toy study)."""
     proto = _proto(["x", "y"])
     first = protocol.look({("s", "x"): protocol.Pvalues(1e-9, 1.0, 0.1, 0.9, 3),
                            ("s", "y"): protocol.Pvalues(0.5, 0.5, 0.5, 0.5, 3)}, 0, {}, proto)
@@ -141,15 +142,9 @@ def test_a_decided_claim_stays_decided():
     assert second.decisions["s", "x"] == first.decisions["s", "x"] and second.decisions["s", "x"].look == 0
     with_x = protocol.look({("s", "x"): protocol.Pvalues(1.0, 1e-12, 0.9, 1e-12, 5)}, 1, first.decisions, proto)
     assert with_x.decisions["s", "x"].verdict == "held" and with_x.new == []
-    x = claims.Claim("x", {"norm.name": "gn", "batch_size": 2}, {"norm.name": "bn", "batch_size": 2}, "greater")
-    y = claims.Claim("y", {"norm.name": "ln", "metric": "test_acc"}, {"norm.name": "bn", "batch_size": 2}, "greater")
-    assert protocol.cells_to_train(second, {("s", "x"): x, ("s", "y"): y}) == [{"norm.name": "ln"},
-                                                                               {"norm.name": "bn", "batch_size": 2}]
+    assert second.undecided == [("s", "y")]
     assert list(protocol.round_seeds(proto, 0)) == [0, 1, 2] and list(protocol.round_seeds(proto, 2)) == [5, 6, 7, 8, 9]
     assert [list(protocol.look_seeds(proto, i)) for i in range(3)] == [[0, 1, 2], [0, 1, 2, 3, 4], list(range(10))]
-    assert protocol.finished(second, proto) is None and protocol.finished(second, proto, [("s", "x")]) is not None
-    last = protocol.look({}, 2, second.decisions, proto)
-    assert protocol.finished(last, proto) == "the last look (10 pairs) has been taken"
 
 
 def test_look_equals_the_vectorized_core():

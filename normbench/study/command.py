@@ -48,7 +48,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=2, help="trainings side by side, one torch thread each (default: 2)")
     p.add_argument("--protocol", type=Path, default=None, help="a protocol.yaml of your own, declared before the "
                    "first run (default: normbench/configs/protocol.yaml)")
-    p.add_argument("--plan", action="store_true", help="print the plan and its estimate, train nothing")
+    p.add_argument("--plan", action="store_true", help="print the plan and its estimate; only the calibrations train (20 steps each, kept)")
     # key=value, as the train command takes its settings
     argv = [f"--{a}" if a.split("=", 1)[0] in SETTINGS and "=" in a else a for a in argv]
     args = p.parse_args(argv)

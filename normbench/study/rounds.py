@@ -9,7 +9,8 @@
 Nothing about a look is stored: each is replayed from the runs in the output folder (summary.summarize's
 `compute`, which tests the family look by look), so running the same command again resumes where it
 stopped. `study.json` keeps what is not in the runs: the settings, the grid values widening added, the
-jobs finished, the seconds each round took, and each sitting's machine (a record resumed elsewhere says so).
+jobs finished, the seconds each round took, each job's seconds beside the plan's estimate of it, and each
+sitting's machine (a record resumed elsewhere says so).
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ class State:
     done: list[str] = field(default_factory=list)  # job folders (relative to the study's) whose train exited 0
     jobs: dict[str, list[str]] = field(default_factory=dict)  # "<study>/<job>" -> the overrides it trained with
     seconds: dict[str, float] = field(default_factory=dict)  # "1", "1 widening", "2", ...: seconds trained
-    job_seconds: dict[str, list[float]] = field(default_factory=dict)  # a done job's key -> [seconds, planned]
+    # a job's key -> [seconds, planned]: the seconds of every invocation in which it ended (a failed attempt's
+    # too; a sitting stopped mid-job loses that job's partial seconds), and the plan's estimate of the job
+    job_seconds: dict[str, list[float]] = field(default_factory=dict)
     sittings: list[dict] = field(default_factory=list)  # each invocation that trained: when, where, its code
     finished: str | None = None
 
@@ -189,9 +192,11 @@ class Study:
             for n, future in enumerate(as_completed(futures), 1):
                 job, (code, seconds, log) = futures[future], future.result()
                 plan = planned.pop((job.study, job.name))  # finished: what is left is the jobs still to end
+                done_key = self._done_key(job, index)
+                before_s = self.state.job_seconds.get(done_key, [0.0])[0]  # an earlier attempt's, failed
+                self.state.job_seconds[done_key] = [round(before_s + seconds, 1), round(plan, 1)]
                 if code == 0:
-                    self.state.done.append(self._done_key(job, index))
-                    self.state.job_seconds[self._done_key(job, index)] = [round(seconds, 1), round(plan, 1)]
+                    self.state.done.append(done_key)
                 else:
                     self.failed.append(f"{job.study}/{job.name} (exit {code}; {log})")
                 rest = schedule(list(planned.values()), self.workers)  # jobs in flight counted whole: at most

@@ -4,8 +4,8 @@
     proto = load()                                   # α, looks, spending rule, widening limit, the family
     proto.levels                                     # α_r of each look (their sum is α)
     step = look(pvalues_by_claim, index, state, proto)   # one look: decisions, what stays undecided
-    step.undecided; cells_to_train(step, claims_by_key)  # what the next round trains
-    round_seeds(proto, index + 1); finished(step, proto)  # its seeds; whether the study may stop
+    step.undecided                                   # what the next round trains (study/rounds.py)
+    round_seeds(proto, index + 1)                    # its seeds
     look_seeds(proto, index)                         # the seeds a look reads: its rounds', as declared
     widen(chosen, read_cells, declared_grids, proto.widen_limit)   # lr grids to extend before a look counts
 
@@ -253,32 +253,6 @@ def look_seeds(proto: Protocol, index: int) -> range:
     """The seeds look `index` reads: those of rounds 0..index as declared (0-2, then 0-4, then 0-9), and no
     other: a failed one is a missing pair, not replaced by a later round's seed."""
     return range(proto.looks[index])
-
-
-def finished(step: Look, proto: Protocol, members=None) -> str | None:
-    """Why a study may stop after `step` (None: it goes on): every member of `members` (default: the whole
-    family) decided, or the last planned look taken. (A spent budget is the study command's to say.)"""
-    members = set(proto.family if members is None else members)
-    if not members & set(step.undecided):
-        return "every primary claim is decided"
-    if step.index == len(proto.looks) - 1:
-        return f"the last look ({proto.looks[-1]} pairs) has been taken"
-    return None
-
-
-def cells_to_train(step: Look, claims_by_key: dict[Key, Any]) -> list[dict[str, Any]]:
-    """The selectors of the cells the next round trains: both sides of every undecided member it knows
-    (claims.Claim by key), and the cells a side subtracts (`minus`), each once; a decided claim's cells are
-    not trained again."""
-    out: list[dict[str, Any]] = []
-    for key in step.undecided:
-        claim = claims_by_key.get(key)
-        if claim is None:
-            continue
-        for sel in claim.selectors():
-            if sel not in out:
-                out.append(sel)
-    return out
 
 
 # --- lr grids widened before a look counts ----------------------------------------------------------------

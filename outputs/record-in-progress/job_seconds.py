@@ -3,11 +3,13 @@ b82c61a, before study.json kept them (`job_seconds`, main since). The seconds ar
 "[k/n] <study>/<job>: done in N s" lines, each under its round's heading; the estimate is the record's own
 calibrations (calibration.json) projected by its own code, so run it from the record's checkout:
 
-    cd /work/record && PYTHONPATH=. python /work/main/outputs/record-in-progress/job_seconds.py \
+    cd /work/record && PYTHONPATH=$PWD python /work/main/outputs/record-in-progress/job_seconds.py \
         outputs/reproduce sitting-1.txt sitting-2.txt ... [--write]
 
 Prints the jobs, then each study's seconds against the plan's; --write adds them to study.json as
-`job_seconds` (key -> [seconds, planned]), for scripts/readme_claims.py --record.
+`job_seconds` (key -> [seconds, planned]), for scripts/readme_claims.py --record: only once the record has
+finished (b82c61a's code does not keep the key, so a sitting after it would drop them). A job a stopped
+sitting left half-done counts only the seconds of the sitting that finished it (its "done in" line).
 """
 
 import json
@@ -22,7 +24,10 @@ from normbench.summary import protocol as protocols
 
 out, logs = Path(sys.argv[1]), [Path(a) for a in sys.argv[2:] if a != "--write"]
 state = json.loads((out / STATE).read_text())
-study = Study(spec.resolve(state["studies"]), state["scale"], out, 2, None, say=lambda *a: None)
+if "--write" in sys.argv and not state.get("finished"):
+    sys.exit(f"job_seconds.py: the study in {out} has not finished; --write after its last sitting")
+study = Study(spec.resolve(state["studies"]), state["scale"], out, 2, None,
+              say=lambda *a: print(*a, file=sys.stderr))  # a calibration it had to take would say so
 by_name = {(j.study, j.name): j for j in study.universe()}
 
 seconds: dict[str, float] = {}
