@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import subprocess
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -110,6 +112,8 @@ class Study:
         self.calibrations = Calibrations(self.out / "calibration.json", say)
         self.claims = {s.name: primary_claims(s) for s in studies}
         self.failed: list[str] = []
+        self._running: set[subprocess.Popen] = set()  # the jobs in flight, for Ctrl-C (_stop)
+        self._stopping, self._lock = False, threading.Lock()
         self._universe: tuple[int | None, list[joblist.Job]] = (None, [])  # (widened values, the jobs)
         self._sitting: dict | None = None  # run()'s, until its first job starts
 
@@ -186,7 +190,8 @@ class Study:
         if self._sitting is not None:  # this invocation trains: where, and from how many jobs done
             self.state.sittings.append({**self._sitting, "jobs_done_before": len(self.state.done)})
             self._sitting = None
-        with ThreadPoolExecutor(self.workers) as pool:  # longest first, as `schedule` assumes
+        pool = ThreadPoolExecutor(self.workers)
+        try:  # longest first, as `schedule` assumes
             order = sorted(todo, key=lambda j: -planned[(j.study, j.name)])
             futures = {pool.submit(self._one, j, seeds, index): j for j in order}
             for n, future in enumerate(as_completed(futures), 1):
@@ -205,6 +210,22 @@ class Study:
                          f"{'done' if code == 0 else f'FAILED (exit {code}), see {log}'} in {seconds:.0f} s{left}")
                 self.state.seconds[key] = before + time.perf_counter() - started
                 self.state.save(self.out)
+        except KeyboardInterrupt:
+            self._stop(pool)
+            raise
+        finally:
+            pool.shutdown(wait=True)
+
+    def _stop(self, pool: ThreadPoolExecutor) -> None:
+        """Ctrl-C: no queued job starts, and each job in flight gets one SIGINT (its own session keeps the
+        terminal's from it), so it stops at its next step with its checkpoint: the same command resumes it.
+        Without this the pool would have trained every queued job of the round before the study stopped."""
+        with self._lock:
+            self._stopping = True
+            running = list(self._running)
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in running:
+            proc.send_signal(signal.SIGINT)
 
     def _done_key(self, job: joblist.Job, index: int) -> str:
         return str(joblist.directory(job, index, self.out).relative_to(self.out))
@@ -218,7 +239,14 @@ class Study:
         with open(log, "a") as f:
             f.write("$ " + " ".join(cmd[2:]) + "\n")
             f.flush()
-            code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=False).returncode
+            with self._lock:  # a job that would start after Ctrl-C does not
+                if self._stopping:
+                    return 130, 0.0, log
+                proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+                self._running.add(proc)
+            code = proc.wait()
+            with self._lock:
+                self._running.discard(proc)
         return code, time.perf_counter() - started, log
 
     # --- looks -----------------------------------------------------------------------------------------------
