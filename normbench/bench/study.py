@@ -12,7 +12,7 @@ baseline / this. The per-member test accuracies of the two sides are compared (t
 lrs; packing members that the baseline ran one seed at a time reorders float32 sums, so they may differ
 in the last bits, and a test prediction near a tie can flip).
 
-    normbench bench --sections study --rounds 2            # ~1.5 min a round (2026-12-04, AMD EPYC)
+    normbench bench --sections study --rounds 2            # ~2.5 min a round (2026-12-04, AMD EPYC)
     normbench bench --sections study --quick               # a smoke test
     NORMBENCH_BENCH_BASELINE=<sha> normbench bench --sections study   # another baseline
 

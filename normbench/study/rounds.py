@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 import subprocess
 import threading
 import time
@@ -112,8 +111,7 @@ class Study:
         self.calibrations = Calibrations(self.out / "calibration.json", say)
         self.claims = {s.name: primary_claims(s) for s in studies}
         self.failed: list[str] = []
-        self._running: set[subprocess.Popen] = set()  # the jobs in flight, for Ctrl-C (_stop)
-        self._stopping, self._lock = False, threading.Lock()
+        self._stopping, self._lock = False, threading.Lock()  # set once the study stops: no job starts after
         self._universe: tuple[int | None, list[joblist.Job]] = (None, [])  # (widened values, the jobs)
         self._sitting: dict | None = None  # run()'s, until its first job starts
 
@@ -190,6 +188,7 @@ class Study:
         if self._sitting is not None:  # this invocation trains: where, and from how many jobs done
             self.state.sittings.append({**self._sitting, "jobs_done_before": len(self.state.done)})
             self._sitting = None
+        self._stopping = False
         pool = ThreadPoolExecutor(self.workers)
         try:  # longest first, as `schedule` assumes
             order = sorted(todo, key=lambda j: -planned[(j.study, j.name)])
@@ -210,22 +209,13 @@ class Study:
                          f"{'done' if code == 0 else f'FAILED (exit {code}), see {log}'} in {seconds:.0f} s{left}")
                 self.state.seconds[key] = before + time.perf_counter() - started
                 self.state.save(self.out)
-        except KeyboardInterrupt:
-            self._stop(pool)
+        except BaseException:  # Ctrl-C, or an error: no queued job starts (the pool would train them all)
+            with self._lock:
+                self._stopping = True
+            pool.shutdown(wait=False, cancel_futures=True)
             raise
         finally:
-            pool.shutdown(wait=True)
-
-    def _stop(self, pool: ThreadPoolExecutor) -> None:
-        """Ctrl-C: no queued job starts, and each job in flight gets one SIGINT (its own session keeps the
-        terminal's from it), so it stops at its next step with its checkpoint: the same command resumes it.
-        Without this the pool would have trained every queued job of the round before the study stopped."""
-        with self._lock:
-            self._stopping = True
-            running = list(self._running)
-        pool.shutdown(wait=False, cancel_futures=True)
-        for proc in running:
-            proc.send_signal(signal.SIGINT)
+            pool.shutdown(wait=True)  # the jobs in flight end: on Ctrl-C the terminal's SIGINT reached them too
 
     def _done_key(self, job: joblist.Job, index: int) -> str:
         return str(joblist.directory(job, index, self.out).relative_to(self.out))
@@ -236,17 +226,19 @@ class Study:
         log = where.parent / f"{job.name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
-        with open(log, "a") as f:
-            f.write("$ " + " ".join(cmd[2:]) + "\n")
-            f.flush()
-            with self._lock:  # a job that would start after Ctrl-C does not
-                if self._stopping:
-                    return 130, 0.0, log
-                proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-                self._running.add(proc)
+        with self._lock:  # a job taken from the queue as the study stops does not start
+            if self._stopping:
+                return 130, 0.0, log
+            f = open(log, "a")
+            try:
+                f.write("$ " + " ".join(cmd[2:]) + "\n")
+                f.flush()
+                proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+            except BaseException:
+                f.close()
+                raise
+        with f:
             code = proc.wait()
-            with self._lock:
-                self._running.discard(proc)
         return code, time.perf_counter() - started, log
 
     # --- looks -----------------------------------------------------------------------------------------------
