@@ -321,7 +321,8 @@ def test_ctrl_c_stops_the_study_and_its_job_in_flight_and_starts_no_other(tmp_pa
     out = tmp_path / "study"
     proc = subprocess.Popen([sys.executable, "-m", "normbench", "study", "ghost_batch", "scale=quick", "jobs=1",
                              f"out={out}"], cwd=tmp_path, env={**CHILD_ENV, "PYTHONUNBUFFERED": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal's
     try:
         said = []
         for line in proc.stdout:  # the plan (its calibrations train first), then round 1 starts
@@ -340,6 +341,7 @@ def test_ctrl_c_stops_the_study_and_its_job_in_flight_and_starts_no_other(tmp_pa
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, "".join(said) + rest + err
     assert "interrupted: run the same command again to continue" in err, err
+    assert "stopping: no other job starts" in rest, rest
     started = sorted(p.name for p in logs.glob("*.log"))
     assert len(started) == 1, started  # no queued job started after Ctrl-C
     assert "interrupted (SIGINT)" in (logs / started[0]).read_text()

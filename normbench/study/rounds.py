@@ -209,10 +209,13 @@ class Study:
                          f"{'done' if code == 0 else f'FAILED (exit {code}), see {log}'} in {seconds:.0f} s{left}")
                 self.state.seconds[key] = before + time.perf_counter() - started
                 self.state.save(self.out)
-        except BaseException:  # Ctrl-C, or an error: no queued job starts (the pool would train them all)
+        except BaseException as e:  # Ctrl-C, or an error: no queued job starts (the pool would train them all)
             with self._lock:
                 self._stopping = True
             pool.shutdown(wait=False, cancel_futures=True)
+            if isinstance(e, KeyboardInterrupt):
+                self.say("stopping: no other job starts; the jobs in flight stop at their next step (a SIGINT "
+                         "sent to this process alone does not reach them: they then train to their end)")
             raise
         finally:
             pool.shutdown(wait=True)  # the jobs in flight end: on Ctrl-C the terminal's SIGINT reached them too
