@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 from normbench.results import cpu_model
 from normbench.summary import claims
 from normbench.summary.show import claims_table
+from normbench.study.rounds import _hms  # the study's own durations, as its console says them
 from normbench.summary.stats import PAIRS_LIMIT, POWER
 
 EXPERIMENTS = REPO / "normbench" / "configs" / "experiment"
@@ -191,11 +192,6 @@ def all_claims_section(results: Path = RESULTS, link: str = "") -> str:
     return "\n".join(lines).rstrip("\n")
 
 
-def _hms(seconds: float) -> str:
-    minutes = round(seconds / 60)
-    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{seconds / 60:.1f} min"
-
-
 def run_section(results: Path = RESULTS) -> str:
     """docs/results/README.md's account of how the record was made, from its run.json: the command, where
     and at which commit each sitting trained, the seconds of each round, each study's process time against
@@ -203,7 +199,7 @@ def run_section(results: Path = RESULTS) -> str:
     run = _tested(results)[1]
     if not run or "sittings" not in run:
         return ("The checked-in run predates `normbench study` (below); `scripts/readme_claims.py --record` "
-                "writes its record's account here.")
+                "writes the account of a record made by it here.")
     lines = [f"`{run['command']}` (`scripts/reproduce.sh`), its runs at git {run['git_sha']}, "
              f"last run {run['date']}; it stopped because {run['stopped']}.", "",
              "| sitting | started (UTC) | processor | cores | trained on | torch | commit | jobs done before |",

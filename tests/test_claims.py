@@ -547,9 +547,9 @@ def test_readme_claims_record_checks_the_run_in(tmp_path, monkeypatch):
     made = readme_claims.run_section(results)  # docs/results/README.md's account of it, from run.json alone
     assert "`normbench study ghost_batch scale=laptop` (`scripts/reproduce.sh`), its runs at git 83e39ea" in made
     assert "| 2 |  | Intel Xeon | 16 | cuda (NVIDIA H200) |  |  |  |" in made, made
-    assert ("Training wall time, jobs side by side (calibrations, looks and summaries not counted): 2.5 min in all "
-            "(round 1: 1.7 min, round 2: 0.8 min).") in made
-    assert "| ghost_batch | 2.3 min | 1.9 min | 1.22 |" in made, made
+    assert ("Training wall time, jobs side by side (calibrations, looks and summaries not counted): 2 min 31 s in all "
+            "(round 1: 1 min 40 s, round 2: 50 s).") in made
+    assert "| ghost_batch | 2 min 20 s | 1 min 55 s | 1.22 |" in made, made
     widened = [{"study": "ghost_batch", "base": "bn-0", "lr": 0.4, "round": 1}]
     (results / "run.json").write_text(json.dumps({**run, "widened": widened}))
     assert "The lr values widening added (docs/protocol.md): ghost_batch/bn-0 lr 0.4 (round 1)." in \
