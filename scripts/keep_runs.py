@@ -1,7 +1,7 @@
 """Keep what `normbench summarize` reads from a study's finished runs, so it can be summarized again (tables,
 claims, figures) after outputs/ is gone, or joined with runs of a later sitting:
 
-    python scripts/keep_runs.py outputs/converged5_b2/converged docs/results/converged_5_seeds_b2/runs
+    python scripts/keep_runs.py outputs/multirun/2026-12-05/10-00-00_123 runs/converged_b2
 
 For each run under SRC that summarize counts as completed (a results.json with status "completed" and a
 test_acc): that results.json, the command lines Hydra recorded (.hydra/overrides.yaml of its job,

@@ -46,9 +46,8 @@ TABLES_BEGIN, TABLES_END = "<!-- tables:begin -->", "<!-- tables:end -->"
 RUN_BEGIN, RUN_END = "<!-- run:begin -->", "<!-- run:end -->"
 # The studies' own summaries (docs/results/<study>/summary.md, from `summarize <study> --select lr`), in
 # docs/results/README.md's order; a study not listed comes after them.
-ORDER = ["ghost_batch", "headline_seeds", "small_batch", "values_per_channel", "values_per_channel_ghost",
-         "converged", "converged_small_batches", "converged_5_seeds", "converged_5_seeds_b2", "variable_length",
-         "small_batch_transformer", "variable_length_transformer", "lr_sensitivity", "norm_free_regime"]
+ORDER = ["ghost_batch", "small_batch", "converged", "variable_length", "small_batch_transformer",
+         "variable_length_transformer", "lr_sensitivity", "norm_free_regime"]
 KEPT = "test accuracy (running statistics)"  # the tables docs/results/README.md shows; summary.md has the others
 
 
