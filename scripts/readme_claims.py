@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 from normbench.results import cpu_model
 from normbench.summary import claims
 from normbench.summary.show import claims_table
-from normbench.study.rounds import _hms  # the study's own durations, as its console says them
+from normbench.study.estimate import hms  # the study's own durations, as its console says them
 from normbench.summary.stats import PAIRS_LIMIT, POWER
 
 EXPERIMENTS = REPO / "normbench" / "configs" / "experiment"
@@ -125,7 +125,7 @@ def _where(run: dict) -> str:
     return run["machine"] if run.get("sittings") else f"{run['cores']} cores"
 
 
-def _source(run: dict | None, tested: dict, link: str) -> str:
+def _source(run: dict | None, link: str) -> str:
     """The sentence that says which run the verdicts are from, its links relative to `link`."""
     if not run:
         return ("No run of the current study designs is checked in yet (docs/results/): the claims below are "
@@ -135,17 +135,13 @@ def _source(run: dict | None, tested: dict, link: str) -> str:
             f"{run['date']}, {run['wall_s']:,} s on {_where(run)}; its commands: [run.json]({link}run.json)), "
             f"from its [summary.json]({link}summary.json). a − b: mean [95% t-interval] over the pairs (seeds), in "
             "percentage points for accuracies (a metric's own unit otherwise).")
-    if tested and not any("role" in t for t in tested.values()):
-        text += (f" This run predates the protocol's roles: it tested all {len(tested)} claims as one family (Holm "
-                 f"over their {2 * len(tested)} hypotheses, at the seeds each had), so its verdicts are that "
-                 "family's, not the protocol's looks; `scripts/reproduce.sh` reruns them under the protocol.")
     return text
 
 
 def section(results: Path = RESULTS, link: str = "docs/results/") -> str:
     """README.md's section (without its marker lines): the primary claims and their figure."""
     tested, run = _tested(results)
-    lines = [_source(run, tested, link), "",
+    lines = [_source(run, link), "",
              "| study | claim | hypothesis (points) | pairs | a − b [95% CI] | p (Holm) | verdict |",
              "|---|---|---|---|---|---|---|"]
     for study, raw in primary():
@@ -172,7 +168,7 @@ def all_claims_section(results: Path = RESULTS, link: str = "") -> str:
     tested, run = _tested(results)
     head = ["| study | claim | hypothesis (points) | pairs | a − b [95% CI] | p | p (Holm) | exact p (Holm) "
             "| verdict |", "|---|---|---|---|---|---|---|---|---|"]
-    lines = [_source(run, tested, link), ""]
+    lines = [_source(run, link), ""]
     for role, title in (("primary", "Primary claims: the protocol's confirmatory family (the README's table)"),
                         ("exploratory", "Exploratory claims: estimates, never held or refuted under the protocol")):
         lines += [f"**{title}**", "", *head]
@@ -197,8 +193,8 @@ def run_section(results: Path = RESULTS) -> str:
     the plan's estimate, the lr values widening added, and why the study stopped."""
     run = _tested(results)[1]
     if not run or "sittings" not in run:
-        return ("The checked-in run predates `normbench study` (below); `scripts/readme_claims.py --record` "
-                "writes the account of a record made by it here.")
+        return ("No record made by `normbench study` is checked in here: `scripts/reproduce.sh` makes one and "
+                "`scripts/readme_claims.py --record` writes its account here.")
     lines = [f"`{run['command']}` (`scripts/reproduce.sh`), its runs at git {run['git_sha']}, "
              f"last run {run['date']}; it stopped because {run['stopped']}.", "",
              "| sitting | started (UTC) | processor | cores | trained on | torch | commit | jobs done before |",
@@ -206,9 +202,9 @@ def run_section(results: Path = RESULTS) -> str:
     for n, s in enumerate(run["sittings"], 1):
         lines.append(f"| {n} | {s.get('started', '')} | {s['cpu']} | {s['cores']} | {s['device']} | "
                      f"{s.get('torch', '')} | {str(s.get('git_sha', ''))[:7]} | {s.get('jobs_done_before', '')} |")
-    rounds = ", ".join(f"round {k}: {_hms(v)}" for k, v in run["seconds_per_round"].items())
+    rounds = ", ".join(f"round {k}: {hms(v)}" for k, v in run["seconds_per_round"].items())
     lines += ["", f"Training wall time, jobs side by side (calibrations, looks and summaries not counted): "
-              f"{_hms(run['wall_s'])} in all ({rounds})."]
+              f"{hms(run['wall_s'])} in all ({rounds})."]
     if run.get("seconds_per_study"):
         lines += ["", "Each study's process time (its jobs' seconds added up; a job a stopped sitting left "
                   "half-done counts only the sitting that finished it) against the plan's estimate (`normbench "
@@ -216,7 +212,7 @@ def run_section(results: Path = RESULTS) -> str:
                   "| study | process time | the plan's | measured / planned |", "|---|---|---|---|"]
         for study, row in run["seconds_per_study"].items():
             ratio = f"{row['seconds'] / row['planned']:.2f}" if row["planned"] else ""
-            lines.append(f"| {study} | {_hms(row['seconds'])} | {_hms(row['planned'])} | {ratio} |")
+            lines.append(f"| {study} | {hms(row['seconds'])} | {hms(row['planned'])} | {ratio} |")
     if run.get("widened"):
         added = ", ".join(f"{w['study']}/{w['base']} lr {w['lr']:g} (round {w['round']})" for w in run["widened"])
         lines += ["", f"The lr values widening added (docs/protocol.md): {added}."]

@@ -555,7 +555,7 @@ def test_readme_claims_record_checks_the_run_in(tmp_path, monkeypatch):
     assert "The lr values widening added (docs/protocol.md): ghost_batch/bn-0 lr 0.4 (round 1)." in \
         readme_claims.run_section(results)
     (results / "run.json").write_text(json.dumps({"command": "OUT=outputs/reproduce scripts/reproduce.sh"}))
-    assert "predates `normbench study`" in readme_claims.run_section(results)  # a record made before it
+    assert "No record made by `normbench study` is checked in" in readme_claims.run_section(results)  # none made by it
     assert run["machine"] == ("AMD EPYC (2 cores, trained on cpu) and Intel Xeon (16 cores, trained on cuda "
                               "(NVIDIA H200))")
-    assert run["sittings"] == sittings and "s on AMD EPYC (2 cores, trained on cpu) and Intel" in readme_claims._source(run, {}, "")
+    assert run["sittings"] == sittings and "s on AMD EPYC (2 cores, trained on cpu) and Intel" in readme_claims._source(run, "")

@@ -163,7 +163,7 @@ claims:
 
 
 def _seconds(hms: str) -> float:
-    """The seconds of rounds._hms's "47 s", "1 min 05 s" or "1 h 02 min" (the last cut to the minute)."""
+    """The seconds of estimate.hms's "47 s", "1 min 05 s" or "1 h 02 min" (the last cut to the minute)."""
     units = {"h": 3600, "min": 60, "s": 1}
     return float(sum(int(n) * units[u] for n, u in re.findall(r"(\d+) (h|min|s)\b", hms)))
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from normbench.errors import UserError
 from normbench.study import jobs as joblist
 from normbench.study import spec
-from normbench.study.estimate import schedule
-from normbench.study.rounds import Study, _hms, selection
+from normbench.study.estimate import hms, schedule
+from normbench.study.rounds import Study, selection
 from normbench.summary import protocol as protocols
 
 SETTINGS = ("scale", "budget", "out", "jobs", "protocol")
@@ -76,7 +76,7 @@ def plan(study: Study, say=print) -> list[float]:
     widening may add). Returns the estimates."""
     proto = study.proto
     say(f"normbench study {' '.join(s.name for s in study.studies)} scale={study.scale} out={study.out} "
-        f"jobs={study.workers}" + (f" budget={_hms(study.budget)}" if study.budget else ""))
+        f"jobs={study.workers}" + (f" budget={hms(study.budget)}" if study.budget else ""))
     say(f"protocol: alpha {proto.alpha} over looks at {', '.join(map(str, proto.looks))} seeds ({proto.spending}); "
         f"lr grids widened by up to {proto.widen_limit} values a side (docs/protocol.md)")
     estimates = []
@@ -89,7 +89,7 @@ def plan(study: Study, say=print) -> list[float]:
         estimates.append(schedule(seconds, study.workers))
         bound = "" if index == 0 else "at most "
         say(f"round {index + 1}, seeds {seeds[0]}-{seeds[-1]}: {bound}{len(jobs)} jobs, {runs} runs, {comps} "
-            f"computations, {bound}~{_hms(estimates[-1])}"
+            f"computations, {bound}~{hms(estimates[-1])}"
             + (" (before any lr value widening adds)" if index == 0 else
                " (the cells of the primary claims still undecided, before widening)"))
         if index == 0:
@@ -97,14 +97,14 @@ def plan(study: Study, say=print) -> list[float]:
                 mine = [j for j in jobs if j.study == s.name]
                 total = sum(study.estimate(j, seeds) for j in mine)
                 share = sum(study.evaluation(j, seeds) for j in mine) / total if total else 0.0
-                say(f"  {s.name}: {len(mine)} jobs, ~{_hms(total)} of process time, {share:.0%} of it evaluation")
+                say(f"  {s.name}: {len(mine)} jobs, ~{hms(total)} of process time, {share:.0%} of it evaluation")
                 for sweep, overrides in s.sweeps_at(study.scale).items():
                     n = sum(1 for j in jobs if j.study == s.name and j.sweep == sweep)
                     say(f"  {s.name}/{sweep}: {n} job{'s' * (n > 1)}: normbench train -m {' '.join(overrides)} "
                         f"pack.seeds=[{','.join(map(str, seeds))}]")
     total = sum(estimates)
-    say(f"in all: ~{_hms(estimates[0])} for round 1, at most ~{_hms(total)} if every round runs"
-        + (f"; budget {_hms(study.budget)}" if study.budget else ""))
+    say(f"in all: ~{hms(estimates[0])} for round 1, at most ~{hms(total)} if every round runs"
+        + (f"; budget {hms(study.budget)}" if study.budget else ""))
     return estimates
 
 
@@ -137,20 +137,20 @@ def main(argv: list[str]) -> int:
     estimates = plan(study)
     spent = study.state.spent
     if study.budget is not None and spent == 0 and estimates[0] > study.budget:
-        raise UserError(f"round 1 needs ~{_hms(estimates[0])}, more than budget={args.budget}",
+        raise UserError(f"round 1 needs ~{hms(estimates[0])}, more than budget={args.budget}",
                         "shrink it: scale=quick, fewer studies, more jobs=, or a larger budget=")
     if args.plan:
         return 0
     if spent:
-        print(f"resuming {args.out}: {_hms(spent)} trained so far")
+        print(f"resuming {args.out}: {hms(spent)} trained so far")
     try:
         why = study.run(sitting())
     except KeyboardInterrupt:
         print(f"normbench: interrupted: run the same command again to continue ({args.out}/study.json)",
               file=sys.stderr)
         return 130
-    print(f"stopped: {why}; trained {_hms(study.state.spent)} in all ("
-          + ", ".join(f"round {k}: {_hms(v)}" for k, v in study.state.seconds.items()) + ")")
+    print(f"stopped: {why}; trained {hms(study.state.spent)} in all ("
+          + ", ".join(f"round {k}: {hms(v)}" for k, v in study.state.seconds.items()) + ")")
     for s in studies:
         if (args.out / s.name).is_dir():
             summarize(args.out / s.name, args.out / s.name / "summary", console=_quiet(),

@@ -165,3 +165,13 @@ def schedule(seconds: list[float], workers: int) -> float:
     for s in sorted(seconds, reverse=True):
         heapq.heappush(ends, heapq.heappop(ends) + s)
     return max(ends)
+
+
+def hms(seconds: float) -> str:
+    """A duration as the study says it: "47 s", "12 min 05 s", "1 h 02 min" (past an hour, to the minute)."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"

@@ -27,7 +27,7 @@ from pathlib import Path
 from normbench.errors import UserError
 from normbench.study import jobs as joblist
 from normbench.study import spec
-from normbench.study.estimate import Calibrations, schedule
+from normbench.study.estimate import Calibrations, hms, schedule
 from normbench.summary import protocol as protocols
 
 STATE = "study.json"
@@ -179,7 +179,7 @@ class Study:
         planned = {(j.study, j.name): self.estimate(j, seeds) for j in todo}  # the plan's calibrations
         eta = schedule(list(planned.values()), self.workers)
         self.say(f"{label}: {len(todo)} job{'s' * (len(todo) > 1)} at seeds {seeds[0]}-{seeds[-1]}, "
-                 f"{self.workers} at once, ~{_hms(eta)}")
+                 f"{self.workers} at once, ~{hms(eta)}")
         started = time.perf_counter()
         key = key or str(index + 1)
         before = self.state.seconds.get(key, 0.0)  # an interrupted invocation's seconds stay counted
@@ -204,7 +204,7 @@ class Study:
                 else:
                     self.failed.append(f"{job.study}/{job.name} (exit {code}; {log})")
                 rest = schedule(list(planned.values()), self.workers)  # jobs in flight counted whole: at most
-                left = f"; the rest at most ~{_hms(rest)} by the plan" if planned else ""
+                left = f"; the rest at most ~{hms(rest)} by the plan" if planned else ""
                 self.say(f"  [{n}/{len(todo)}] {job.study}/{job.name}: "
                          f"{'done' if code == 0 else f'FAILED (exit {code}), see {log}'} in {seconds:.0f} s{left}")
                 self.state.seconds[key] = before + time.perf_counter() - started
@@ -319,8 +319,8 @@ class Study:
                 need = schedule([self.estimate(j, seeds) for j in jobs
                                  if self._done_key(j, index) not in self.state.done], self.workers)
                 if need > 0 and self.state.spent + need > self.budget:
-                    why = (f"the budget is spent: round {index + 1} would need ~{_hms(need)} and "
-                           f"{_hms(max(0.0, self.budget - self.state.spent))} is left")
+                    why = (f"the budget is spent: round {index + 1} would need ~{hms(need)} and "
+                           f"{hms(max(0.0, self.budget - self.state.spent))} is left")
                     break
             self.train(jobs, index, f"round {index + 1}")
             if not self.failed:
@@ -365,12 +365,3 @@ def selection(root: Path) -> str | None:
 
     varied, _ = sweep_axes(find_runs(root))
     return "lr" if "lr" in varied else None
-
-
-def _hms(seconds: float) -> str:
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"

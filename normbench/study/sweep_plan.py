@@ -81,8 +81,7 @@ def plan_line(overrides: list[str], workers: int, local: bool = True) -> str:
 
     from normbench.pack import plan
     from normbench.study import spec
-    from normbench.study.estimate import Calibrations, compose, schedule
-    from normbench.study.rounds import _hms
+    from normbench.study.estimate import Calibrations, compose, hms, schedule
 
     jobs = spec.jobs([o for o in overrides if not o.startswith(("hydra.", "resume="))])
     configs = [compose(j) for j in jobs]
@@ -108,4 +107,4 @@ def plan_line(overrides: list[str], workers: int, local: bool = True) -> str:
         rep = first.setdefault((cfg.model.name, cfg.batch_size, cfg.data.subset), job)  # its steps per epoch too
         seeds = list(cfg.pack.seeds or [cfg.seed])
         seconds.append(cal.seconds(rep, seeds))
-    return f"{head}, ~{_hms(schedule(seconds, workers))} on this machine with {workers} at once (calibrated)"
+    return f"{head}, ~{hms(schedule(seconds, workers))} on this machine with {workers} at once (calibrated)"
