@@ -129,13 +129,14 @@ def test_variable_length_suite_unchanged(tiny_cfg, float64, monkeypatch, model, 
 
 
 @pytest.mark.parametrize("samples", [50, 10_000])  # fewer training images than there are, and more (all)
-@pytest.mark.parametrize("case", ["mlp", "mlp pack", "rnn stretched"])
+@pytest.mark.parametrize("case", ["mlp", "mlp pack", "mlp pack past its limit", "rnn stretched"])
 def test_joined_precise_bn_is_precise_bn_at_the_training_batch(tiny_cfg, float64, monkeypatch, samples, case):
     """Reference: PreciseBN at the training batch size, as its definition reads: batches of 7 drawn by the
     run's seed, the last partial one dropped, whole batches until `samples` were seen. The suite's pass
     joins them (groups of 7 normalized on their own in batches of 245, `default.recompute`): the same
-    samples seen, and every buffer equal to 1e-12, for a plain model, a pack, and recurrent BN's per-step
-    statistics on images stretched to 14 rows."""
+    samples seen, and every buffer equal to 1e-12, for a plain model, a pack, a pack whose limit sends
+    batches of 245 member by member (each member's statistics recomputed alone, then written back into the
+    pack's), and recurrent BN's per-step statistics on images stretched to 14 rows."""
     import copy
 
     from normbench.data import varlen
@@ -150,7 +151,8 @@ def test_joined_precise_bn_is_precise_bn_at_the_training_batch(tiny_cfg, float64
     splits = data.load(cfg.data, torch.device("cpu"))
     torch.manual_seed(0)
     nets = [models.create(cfg.model, norms.factory("bn"), splits.shape, 10) for _ in range(2)]
-    model = PackedModel(nets, seeds=[0, 1], packs=lambda b: True) if case == "mlp pack" else nets[0]
+    limits = {"mlp pack": lambda b: True, "mlp pack past its limit": lambda b: b < 100}
+    model = PackedModel(nets, seeds=[0, 1], packs=limits[case]) if case in limits else nets[0]
     joined, by_hand = copy.deepcopy(model), copy.deepcopy(model)
     done = default.recompute(joined, splits, cfg, batch_fn, steps=steps)
     ref = precise_bn.recompute_statistics(by_hand, default.precise_batches(by_hand, splits, cfg, batch_fn),

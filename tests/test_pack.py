@@ -442,6 +442,43 @@ def test_a_pack_scores_every_member_as_the_member_alone(model, norm, tiny_root):
         assert calls
 
 
+def test_members_with_their_own_data_are_scored_on_their_own_batches_unstacked_past_the_limit(tiny_root):
+    """Reference: evaluate.evaluate on each member model over its own batches. With each member's own data
+    (`each_member` over per-member splits: `MemberStreams`), a pack past its limit scores each member on its
+    own stream and never stacks them (the stacked copy of every member's test set was the pack's overhead);
+    below the limit it stacks them and runs the packed forward; the numbers are the members' own either way."""
+    from normbench.data import MemberSplits
+    from normbench.pack.members import MemberStreams, each_member
+    from normbench.pack.model import unpack
+    from normbench.train.evaluate import evaluate
+
+    cfg = config(tiny_root, "mlp", "bn", pack=PackConfig(seeds=[0, 1]))
+    with torch_dtype(torch.float64):
+        splits = data.load(cfg.data, torch.device("cpu"))
+        n = len(splits.test_x) // 2 * 2  # each member half the test set, its own
+        own = tuple(replace(splits, test_x=splits.test_x[k:n:2], test_y=splits.test_y[k:n:2]) for k in range(2))
+        pack = pack_members(cfg)
+        device, make = runner.setup(pack[0][1])
+        models = [runner.build_model(m, make, splits, device, {}) for _, m in pack]
+        for k, m in enumerate(models):  # away from the initial statistics, members apart
+            m.train()(splits.train_x[8 * k:8 * k + 8])
+        limited = PackedModel(models, packs=lambda batch: batch < 100)
+        stacked: list[int] = []
+        member_batches = limited.member_batches
+        limited.member_batches = lambda streams: (stacked.append(1), member_batches(streams))[1]
+        for bs, want_stacked in ((200, False), (4, True)):
+            stacked.clear()
+            batches = each_member(limited, MemberSplits(each=own), lambda s: data.batches(s.test_x, s.test_y, bs))
+            assert isinstance(batches, MemberStreams)
+            got = evaluate(limited, batches, per_sample=True)
+            assert bool(stacked) == want_stacked, bs
+            unpack(limited)
+            for k, m in enumerate(models):
+                want = evaluate(m, data.batches(own[k].test_x, own[k].test_y, bs), per_sample=True)
+                assert got.loss[k] == pytest.approx(want.loss, abs=TOL) and got.acc[k] == want.acc, (bs, k)
+                assert torch.equal(got.correct[k], want.correct), (bs, k)
+
+
 def test_a_per_seed_pack_trains_as_one_computation_with_one_checkpoint(tiny_root, tmp_path):
     """Reference: runner.run of each member alone (`pack.seeds=null seed=s lr=x`). With data.split=per_seed
     each seed has its own validation split and subset; the pack still trains every member (2 seeds x 2 lrs)

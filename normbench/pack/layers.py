@@ -206,6 +206,12 @@ class PackedBatchNorm(batch_stats.BatchStatistics, nn.Module):
             m.running_var.copy_(self.running_var.chunk(len(modules))[k])
             m.num_batches_tracked.copy_(self.num_batches_tracked)
 
+    def repack_buffers(self, modules: list[BatchNorm]) -> None:
+        """The members' running statistics back into the stacked ones (`unpack`'s reverse for them)."""
+        self.running_mean.copy_(_cat([m.running_mean for m in modules]))
+        self.running_var.copy_(_cat([m.running_var for m in modules]))
+        self.num_batches_tracked.copy_(modules[0].num_batches_tracked)
+
 
 class PackedGroupNorm(nn.Module):
     """S GroupNorms on images (LayerNorm's image form included: one group) as one with S*G groups; "c"."""

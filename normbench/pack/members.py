@@ -46,6 +46,11 @@ class Members(nn.Module):
         """The member models, holding the pack's current state (for recording or evaluating them alone)."""
         raise NotImplementedError
 
+    def repack_buffers(self) -> None:
+        """The member models' buffers (running statistics) back into the pack, after each was changed alone
+        (PreciseBN past the pack's limit): `unpacked`'s reverse for the state that is not trained."""
+        raise NotImplementedError
+
     def first_weights(self) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
         """Each member's first weight matrix (its first parameter with 2+ dimensions) and that weight's
         gradient, as views into the pack's parameters."""
@@ -62,12 +67,25 @@ def joined(model: nn.Module, streams: list[Iterable[Batch]]) -> Iterable[Batch]:
     return model.member_batches(streams) if isinstance(model, Members) else streams[0]
 
 
+class MemberStreams:
+    """Each member's own batches, for a pack whose members have their own data. Iterated, it gives the
+    pack's stacked batches (`Members.member_batches`); `evaluate` reads `streams` instead where the pack
+    would not pack batches that large, and scores each member on its own batches, never stacked."""
+
+    def __init__(self, model: Members, streams: list[Iterable[Batch]]):
+        self.model, self.streams = model, streams
+
+    def __iter__(self) -> Iterator[Batch]:
+        return iter(self.model.member_batches(self.streams))
+
+
 def each_member(model: nn.Module, splits: Splits | MemberSplits,
                 make: Callable[[Splits], Iterable[Batch]]) -> Iterable[Batch]:
     """One pass over each member's data, `make(a member's splits)` giving its batches: where the members
     share their splits, the batches once (a pack scores every member on them); where each has its own,
-    each member's, stacked."""
+    each member's (`MemberStreams`: stacked where the pack packs them)."""
     splits = member_splits(model, splits)
     if splits.shared is not None:
         return make(splits.shared)
-    return joined(model, [make(s) for s in splits.each])
+    streams = [make(s) for s in splits.each]
+    return MemberStreams(model, streams) if isinstance(model, Members) else streams[0]

@@ -150,6 +150,12 @@ class PackedModel(Members):
         unpack(self)
         return self._members
 
+    @torch.no_grad()
+    def repack_buffers(self) -> None:
+        for swapped, originals in self._swapped:  # a PerMember's modules are the members' own already
+            if isinstance(swapped, nn.Module) and hasattr(swapped, "repack_buffers"):
+                swapped.repack_buffers(originals)
+
 
 @torch.no_grad()
 def unpack(packed: PackedModel) -> None:

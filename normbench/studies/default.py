@@ -104,10 +104,20 @@ def recompute(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Config,
     each group of batch_size samples normalized on its own: the same samples in the same groups, so the
     same statistics, in fewer forward calls (250 // batch_size groups a call: 3 at batch 64, 125 at 2)."""
     bs = cfg.batch_size
+    split = splittable and can_split_statistics(model)
+    size = _large(cfg) if split else bs
+    if isinstance(model, Members) and not model.packs(size):
+        # Past the pack's limit each member alone is faster (as `evaluate` scores them): each on its own
+        # seed's batches, then the members' new statistics back into the pack.
+        if model.seeds is None:
+            raise ValueError("PreciseBN draws each member's batches by its seed: build the pack with seeds")
+        done = [recompute(m, s, replace(cfg, seed=seed), batch_fn, steps, splittable)
+                for m, s, seed in zip(model.unpacked(), member_splits(model, splits).each, model.seeds)]
+        model.repack_buffers()
+        return done[0]  # a member's layers and samples (every member sees as many)
     if steps is not None:  # before the split: the new steps' copies split their statistics too
         precise_bn.extend_steps(model, steps)
-    split = splittable and can_split_statistics(model)
-    batches = precise_batches(model, splits, replace(cfg, batch_size=_large(cfg) if split else bs), batch_fn,
+    batches = precise_batches(model, splits, replace(cfg, batch_size=size), batch_fn,
                               drop_last=not split)  # split: whole groups are kept, not whole large batches
     with split_statistics(model, bs) if split else contextlib.nullcontext():
         return precise_bn.recompute_statistics(model, batches, PRECISE_SAMPLES, groups_of=bs if split else None)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normbench.pack.members import Batch, Members
+from normbench.pack.members import Batch, Members, MemberStreams
 from normbench.train.norm_modes import batch_statistics, eval_mode, split_statistics
 
 
@@ -55,20 +55,27 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], batch_stats: bool = Fal
     comes back unchanged either way. With `stats_per=k` (and batch_stats) each group of k samples of a
     batch is normalized on its own (`split_statistics`): batches of any multiple of k then score as
     batches of k would. A packed model (normbench.pack) scores every member on the same batches, or on
-    each member's own ((S, N, ...) batches)."""
+    each member's own (`MemberStreams`, or stacked (S, N, ...) batches)."""
     members = model.size if isinstance(model, Members) else None
-    if members is not None:
+    if isinstance(batches, MemberStreams):  # each member its own data
+        streams = [iter(s) for s in batches.streams]
+        first = next(streams[0], None)
+        if first is None:
+            return _empty(members, per_sample)
+        streams[0] = itertools.chain([first], streams[0])
+        if not model.packs(first[1].shape[-1]):  # large batches: each member alone is faster (docs/packing.md)
+            return _each(model, streams, batch_stats, stats_per, per_sample)
+        batches = model.member_batches(streams)
+    elif members is not None:
         batches = iter(batches)
         first = next(batches, None)
         if first is None:
             return _empty(members, per_sample)
         batches = itertools.chain([first], batches)
-        if not model.packs(first[1].shape[-1]):  # large batches: each member alone is faster (docs/packing.md)
+        if not model.packs(first[1].shape[-1]):
             batches = list(batches)
-            each = [evaluate(m, [_member(b, k) for b in batches], batch_stats, stats_per, per_sample)
-                    for k, m in enumerate(model.unpacked())]
-            return Scores([s.loss for s in each], [s.acc for s in each],
-                          torch.stack([s.correct for s in each]) if per_sample else None)
+            return _each(model, [[_member(b, k) for b in batches] for k in range(members)], batch_stats,
+                         stats_per, per_sample)
     loss = hits = None
     n = 0
     correct: list[torch.Tensor] = []
@@ -92,6 +99,14 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], batch_stats: bool = Fal
     if members is None:
         return Scores(loss.item() / n, hits.item() / n, hit_mask)
     return Scores([v / n for v in loss.tolist()], [v / n for v in hits.tolist()], hit_mask)
+
+
+def _each(model: Members, streams: list[Iterable[Batch]], batch_stats: bool, stats_per: int | None,
+          per_sample: bool) -> Scores:
+    """Each member alone on its own batches, as the pack's scores."""
+    each = [evaluate(m, s, batch_stats, stats_per, per_sample) for m, s in zip(model.unpacked(), streams)]
+    return Scores([s.loss for s in each], [s.acc for s in each],
+                  torch.stack([s.correct for s in each]) if per_sample else None)
 
 
 def _empty(members: int | None, per_sample: bool) -> Scores:
