@@ -188,8 +188,9 @@ TRANSFORMER = [("ln", {"placement": "pre"}), ("rms", {"placement": "post"}), ("b
 @pytest.mark.parametrize("norm,opts", TRANSFORMER, ids=[f"{n}-{'-'.join(o.values())}" for n, o in TRANSFORMER])
 def test_transformer_packs_as_separate_runs(norm, opts, tiny_root):
     """Reference: each member trained alone (runner's own path), float64: one batched matmul per linear,
-    one attention call over S x N sequences, LN packed, every other norm (and QK-norm) per member; peri's
-    output norms packed as its input norms are (LN) or per member (Derf)."""
+    one attention call over S x N sequences, LN and RMS packed (QK-norm's RMS too), BN on tokens as one
+    kernel over S x C channels (TokenBatchNorm), every other norm per member; peri's output norms packed as
+    its input norms are (LN) or per member (Derf)."""
     assert_members_equal_separate_runs(config(tiny_root, "transformer", norm, model_opts=opts,
                                               pack=PackConfig(seeds=[0, 1])))
 
@@ -638,3 +639,49 @@ def test_one_member_path_trains_the_same_rnn_in_float64(monkeypatch):
     assert len(calls) == 10 * len(net.layers)  # every layer, every step: the fast model did take the path
     for (name, a), b in zip(fast.state_dict().items(), slow.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_token_batchnorm_is_each_members_batchnorm(masked):
+    """Reference: each member's own BatchNorm on tokens (norms.create("bn", C, "seq")) on its own slice, in
+    float64. Without a mask the pack runs one kernel over S x C channels of the members' concatenated
+    parameters and running statistics; with a mask, each member's own layer. Outputs, the gradients of
+    input, scale and shift, the running statistics and the batch count must be the members' own (1e-12), in
+    training and in eval mode."""
+    import copy
+
+    from normbench.pack.layers import TokenBatchNorm, convert
+
+    torch.manual_seed(0)
+    s, n, t, c = 3, 4, 5, 6
+    with torch_dtype(torch.float64):
+        members = [norms.create("bn", c, "seq") for _ in range(s)]
+        for m in members:  # members apart: their own scale, shift and running statistics
+            torch.nn.init.normal_(m.weight)
+            torch.nn.init.normal_(m.bias)
+            m.running_mean.normal_()
+            m.running_var.uniform_(0.5, 2)
+        alone = copy.deepcopy(members)
+        packed = convert(members)
+        assert type(packed) is TokenBatchNorm
+        mask = (torch.rand(s, n, t) > 0.3) if masked else None
+        for training in (True, False, True):
+            x = torch.randn(s, n, t, c, requires_grad=True)
+            packed.train(training)
+            y = packed(x, mask)
+            y.square().sum().backward()
+            for k, m in enumerate(alone):
+                m.train(training)
+                xk = x.detach()[k].clone().requires_grad_()
+                yk = m(xk, None if mask is None else mask[k])
+                yk.square().sum().backward()
+                torch.testing.assert_close(y[k], yk, rtol=1e-12, atol=1e-12)
+                torch.testing.assert_close(x.grad[k], xk.grad, rtol=1e-12, atol=1e-12)
+                mine = packed.members[k]
+                for name in ("weight", "bias"):
+                    torch.testing.assert_close(getattr(mine, name).grad, getattr(m, name).grad,
+                                               rtol=1e-12, atol=1e-12)
+                for name in ("running_mean", "running_var", "num_batches_tracked"):
+                    torch.testing.assert_close(getattr(mine, name), getattr(m, name), rtol=1e-12, atol=1e-12)
+    with pytest.raises(UserError, match=r"\(1, 6\) has one value per channel"):
+        packed.train()(torch.randn(s, 1, 1, c))

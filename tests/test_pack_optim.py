@@ -2,7 +2,8 @@
 each member's own model stepped by torch's SGD or AdamW (the unfused, for-loop implementation: the
 algorithm as torch documents it) with that member's lr, on that member's own batches, in float64. Both of
 MemberLR's paths, torch's fused kernels per member and the functional fallback, and a model with both kinds
-of parameter: stacked (the packed linears) and a member's own (RMSNorm's scale, kept per member)."""
+of parameter: stacked (the packed linears) and a member's own (FRN's scale, shift and threshold on the
+MLP's rows, kept per member)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def members(norm: str) -> list[torch.nn.Module]:
 @pytest.mark.parametrize("optimizer,momentum,decay", [("sgd", 0.9, 1e-2), ("sgd", 0.0, 0.0), ("adam", 0.9, 1e-2),
                                                       ("adam", 0.9, 0.0)])
 def test_each_member_steps_as_torch_optimizer_with_its_own_lr(optimizer, momentum, decay, fused):
-    nets = members("rms")
+    nets = members("frn")
     refs = [copy.deepcopy(n) for n in nets]
     pack = PackedModel(nets)
     cfg = Config(optimizer=Optimizer(optimizer), momentum=momentum, weight_decay=decay)
@@ -64,7 +65,7 @@ def test_each_member_steps_as_torch_optimizer_with_its_own_lr(optimizer, momentu
 def test_a_checkpoint_with_one_adamw_step_count_resumes_with_one_per_member():
     """Reference: the same optimizer run unbroken. A checkpoint written before each member kept its own
     AdamW step count held one int per parameter; loading it continues exactly, with a count per member."""
-    pack = PackedModel(members("rms"))  # stacked parameters and a member's own (one step count each)
+    pack = PackedModel(members("frn"))  # stacked parameters and a member's own (one step count each)
     cfg = Config(optimizer=Optimizer.adam)
     x = torch.randn(3, 5, 1, 6, 6, dtype=torch.float64)
     y = torch.randint(0, 4, (3, 5))

@@ -13,9 +13,10 @@ A module's `layout` says which it takes ("any" for elementwise ones); `PackedSeq
 them where consecutive modules differ.
 
 What has no packed form here (WeightNorm and Cosine layers, ghost-batch BN, Batch Renorm, FRN, EvoNorm,
-Switchable, RMS, GN on rows, BN on sequences, LSTM and GRU, cells with a norm inside) is wrapped in
+Switchable, RMS on images, GN on rows, PowerNorm, LSTM and GRU, cells with a norm inside) is wrapped in
 `PerMember`: each member's own module applied to its own slice. That is exact by construction (the
-member's code runs on the member's data) and packs everything around it.
+member's code runs on the member's data) and packs everything around it. BN on tokens (`TokenBatchNorm`)
+keeps the members' own layers too, and runs them as one kernel call where no mask is given.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from torch import nn
 from normbench.models import cells
 from normbench.norms import batch_stats
 from normbench.norms.batch import BatchNorm
-from normbench.norms.common import TokenWise
+from normbench.norms.common import TokenWise, check_batch_values
 from normbench.pack.linear import batched_linear
 from normbench.pack.rnn import PackedRNN
 
@@ -72,6 +73,40 @@ class PerMember(nn.Module):
             else:
                 outs.append(module(xk) if mask is None else module(xk, mk))
         return torch.stack(outs)
+
+
+class TokenBatchNorm(PerMember):
+    """S BatchNorms on tokens (S, N, T, C), the members' own layers (as PerMember: their parameters and
+    running statistics are theirs). Without a mask, one kernel call over the S*C channels of their
+    concatenated scale, shift and running statistics, the statistics written back after a training call;
+    with a mask, ghost batches (an evaluation pass sets them) or PreciseBN's sink, each member's own layer in
+    turn. (A split eps is never converted: `convert` leaves it to PerMember.)"""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        ms = self.members
+        if mask is not None or self.steps is not None or not self._plain():
+            return super().forward(x, mask)
+        s, n, t, c = x.shape
+        first = ms[0]
+        if first.training:
+            check_batch_values(x[0].reshape(-1, c), "BatchNorm")  # as each member's own call reports it
+        rows = x.permute(1, 2, 0, 3).reshape(n * t, s * c)
+        weight = None if first.weight is None else torch.cat([m.weight for m in ms])
+        bias = None if first.bias is None else torch.cat([m.bias for m in ms])
+        mean, var = torch.cat([m.running_mean for m in ms]), torch.cat([m.running_var for m in ms])
+        y = F.batch_norm(rows, mean, var, weight, bias, first.training, first.momentum if first.training else 0.0,
+                         first.eps)
+        if first.training:
+            with torch.no_grad():
+                for m, m_mean, m_var in zip(ms, mean.split(c), var.split(c)):
+                    m.running_mean.copy_(m_mean)
+                    m.running_var.copy_(m_var)
+                    m.num_batches_tracked.add_(1)
+        return y.view(n, t, s, c).permute(2, 0, 1, 3)
+
+    def _plain(self) -> bool:
+        """Every member a plain BN now: no ghost batches set for an evaluation pass, no PreciseBN sink."""
+        return all(_is_plain_bn(m, "seq") and m.stats_sink is None for m in self.members)
 
 
 class Elementwise(nn.Module):
@@ -231,30 +266,36 @@ class PackedGroupNorm(nn.Module):
 
 
 class PackedLayerNorm(nn.Module):
-    """S LayerNorms over the last dim (rows, or each token): torch's kernel, then each member's own
-    scale and shift, stored (S, C) and broadcast over (S, N, [T,] C); "m" layout."""
+    """S LayerNorms or RMSNorms over the last dim (rows, or each token): torch's kernel, then each member's
+    own scale (and LayerNorm's shift), stored (S, C) and broadcast over (S, N, [T,] C); "m" layout. Their
+    statistics are each token's own, so members never mix."""
 
     layout = "m"
 
-    def __init__(self, modules: list[nn.LayerNorm]):
+    def __init__(self, modules: list[nn.LayerNorm | nn.RMSNorm]):
         super().__init__()
-        self.shape, self.eps = modules[0].normalized_shape, modules[0].eps
-        w, b = modules[0].weight, modules[0].bias
-        self.weight = None if w is None else nn.Parameter(_stack([m.weight for m in modules]))
-        self.bias = None if b is None else nn.Parameter(_stack([m.bias for m in modules]))
+        m = modules[0]
+        self.rms = isinstance(m, nn.RMSNorm)
+        self.shape, self.eps = m.normalized_shape, m.eps
+        self.weight = None if m.weight is None else nn.Parameter(_stack([k.weight for k in modules]))
+        bias = getattr(m, "bias", None)  # RMSNorm has none
+        self.bias = None if bias is None else nn.Parameter(_stack([k.bias for k in modules]))
 
     def forward(self, x: torch.Tensor, mask=None) -> torch.Tensor:
-        y = F.layer_norm(x, self.shape, eps=self.eps)
+        y = F.rms_norm(x, self.shape, eps=self.eps) if self.rms else F.layer_norm(x, self.shape, eps=self.eps)
         if self.weight is None:
             return y
         view = (x.shape[0],) + (1,) * (x.dim() - 2) + (x.shape[-1],)
+        if self.bias is None:
+            return y * self.weight.view(view)
         return torch.addcmul(self.bias.view(view), y, self.weight.view(view))
 
     def unpack(self, modules: list[nn.Module]) -> None:
-        """Into the members' nn.LayerNorm, or the one a TokenWise wraps."""
+        """Into the members' nn.LayerNorm or nn.RMSNorm, or the one a TokenWise wraps."""
         for k, m in enumerate(getattr(m, "norm", m) for m in modules):
             if m.weight is not None:
                 m.weight.copy_(self.weight[k])
+            if getattr(m, "bias", None) is not None:
                 m.bias.copy_(self.bias[k])
 
 
@@ -278,9 +319,9 @@ class PackedFlatten(nn.Module):
         return x.reshape(x.shape[0], x.shape[1], -1)
 
 
-def _is_plain_bn(m: nn.Module) -> bool:
+def _is_plain_bn(m: nn.Module, *layouts: str) -> bool:
     return (type(m) is BatchNorm and m.ghost_batch is None and m.positions is None and m.momentum is not None
-            and m.track_running_stats and m.layout in ("flat", "image"))
+            and m.track_running_stats and m.layout in (layouts or ("flat", "image")))
 
 
 def convert(modules: list[nn.Module]) -> nn.Module:
@@ -299,11 +340,13 @@ def convert(modules: list[nn.Module]) -> nn.Module:
         return Elementwise(m)
     if _is_plain_bn(m):
         return PackedBatchNorm(modules)
+    if _is_plain_bn(m, "seq") and m.eps_grad is None:
+        return TokenBatchNorm(modules)
     if kind is nn.GroupNorm:
         return PackedGroupNorm(modules)
-    if kind is nn.LayerNorm and len(m.normalized_shape) == 1:
+    if kind in (nn.LayerNorm, nn.RMSNorm) and len(m.normalized_shape) == 1:
         return PackedLayerNorm(modules)
-    if kind is TokenWise and type(m.norm) is nn.LayerNorm:
+    if kind is TokenWise and type(m.norm) in (nn.LayerNorm, nn.RMSNorm) and len(m.norm.normalized_shape) == 1:
         return PackedLayerNorm([t.norm for t in modules])
     if PackedRNN.takes(m):
         return PackedRNN(modules)
