@@ -563,7 +563,8 @@ def test_packing_limits_ship_with_the_package():
     matched = {p.relative_to(package).as_posix() for pattern in patterns for p in package.glob(pattern)}
     assert "pack/limits.json" in matched, (patterns, "pack/limits.json")
     assert set(json.loads(shipped.read_text())) >= {"cpu", "cuda"}
-    assert plan.pack_limits("cpu") == {"mlp": (64, None), "cnn": (8, 40), "rnn": (8, None)}
+    assert plan.pack_limits("cpu") == {"mlp": (64, None), "cnn": (8, 40), "rnn": (8, None),
+                                       "transformer": (8, None)}
     assert plan.pack_limits("mps") is None
 
 

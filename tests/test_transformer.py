@@ -180,10 +180,16 @@ def test_post_norm_without_a_norm_trains_or_diverges_recorded(tiny_cfg, tmp_path
 
 
 def test_a_transformer_pack_trains_its_members_in_turn_on_the_cpu_or_packed(tiny_cfg, tmp_path):
-    """On the CPU, auto trains a Transformer pack's members one after another (its packed form is not
-    benchmarked there, pack/limits.json); pack.mode=packed packs them. Either way each member's
-    results.json says what its separate run says (float64 equality: tests/test_pack.py)."""
+    """On the CPU, auto packs a Transformer pack up to batch 8 (pack/limits.json, from `normbench bench
+    --sections packed`) and trains its members one after another past it, as at this test's batch 16;
+    pack.mode=packed packs them. Either way each member's results.json says what its separate run says
+    (float64 equality: tests/test_pack.py)."""
+    from normbench.pack.plan import decide
+
     cfg = replace(tiny_cfg, model=ModelConfig(name="transformer", hidden=16, depth=1), max_steps=6)
+    for batch, mode in ((2, "packed"), (8, "packed"), (16, "sequential")):
+        pack = replace(cfg, batch_size=batch, pack=PackConfig(seeds=[0, 1]))
+        assert decide(pack, tmp_path, "cpu").mode == mode, batch
     alone = run(replace(cfg, seed=1), tmp_path / "b", tracker=NullTracker())
     for mode in ("auto", "packed"):
         summary = run(replace(cfg, pack=PackConfig(seeds=[0, 1], mode=mode)), tmp_path / mode)

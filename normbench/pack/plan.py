@@ -84,13 +84,12 @@ def pack_limits(device_type: str) -> dict[str, tuple[int, int | None]] | None:
     ...}, "cuda": null or the same, ...}.
 
     Provenance: "cpu" is where `normbench bench --sections packed` measured packing faster than separate runs
-    (docs/bench.md, docs/packing.md; MLP+BN, CNN+GN, RNN+LN on one thread). Past these the work per step is
-    large enough that one grouped convolution, or S members' hidden states in one recurrence, run slower
-    than S separate kernels. The Transformer is not in it: its pack is not benchmarked on the CPU yet, so
-    `auto` trains its members one after another there (pack.mode=packed packs them; equal to separate runs,
-    tests/test_pack.py). "cuda" stays null until a GPU bench is checked in: scripts/gpu_check.sh derives it
-    from `normbench bench --sections packed --device cuda` (bench.packed.derive_limits) and writes this
-    file with its "cuda" entry filled in (bench.packed.with_limits) as $OUT/limits.json, to copy over it."""
+    (docs/packing.md; MLP+BN, CNN+GN, RNN+LN, Transformer+LN on one thread): its rows of 2026-12-01, and the
+    Transformer's of 2026-12-05. Past these the work per step is large enough that one grouped convolution,
+    or S members' hidden states in one recurrence, run slower than S separate kernels. "cuda" stays null
+    until a GPU bench is checked in: scripts/gpu_check.sh derives it from `normbench bench --sections
+    packed --device cuda` (bench.packed.derive_limits) and writes this file with its "cuda" entry filled
+    in (bench.packed.with_limits) as $OUT/limits.json, to copy over it."""
     import json
 
     table = json.loads(LIMITS_FILE.read_text()).get(device_type)
