@@ -13,10 +13,11 @@ A module's `layout` says which it takes ("any" for elementwise ones); `PackedSeq
 them where consecutive modules differ.
 
 What has no packed form here (WeightNorm and Cosine layers, ghost-batch BN, Batch Renorm, FRN, EvoNorm,
-Switchable, RMS on images, GN on rows, PowerNorm, LSTM and GRU, cells with a norm inside) is wrapped in
-`PerMember`: each member's own module applied to its own slice. That is exact by construction (the
-member's code runs on the member's data) and packs everything around it. BN on tokens (`TokenBatchNorm`)
-keeps the members' own layers too, and runs them as one kernel call where no mask is given.
+Switchable, RMS on images, GN on rows, PowerNorm, DyT, Derf, LSTM and GRU, cells with a norm inside) is
+wrapped in `PerMember`: each member's own module applied to its own slice. That is exact by construction
+(the member's code runs on the member's data) and packs everything around it. BN on tokens
+(`TokenBatchNorm`) keeps the members' own layers too, and runs them as one kernel call where no mask is
+given.
 """
 
 from __future__ import annotations
@@ -79,8 +80,9 @@ class TokenBatchNorm(PerMember):
     """S BatchNorms on tokens (S, N, T, C), the members' own layers (as PerMember: their parameters and
     running statistics are theirs). Without a mask, one kernel call over the S*C channels of their
     concatenated scale, shift and running statistics, the statistics written back after a training call;
-    with a mask, ghost batches (an evaluation pass sets them) or PreciseBN's sink, each member's own layer in
-    turn. (A split eps is never converted: `convert` leaves it to PerMember.)"""
+    with a mask, members padded to different lengths (`steps`), ghost batches (an evaluation pass sets them)
+    or PreciseBN's sink, each member's own layer in turn. (A split eps is never converted: `convert` leaves
+    it to PerMember.)"""
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         ms = self.members
@@ -265,7 +267,7 @@ class PackedGroupNorm(nn.Module):
         _unpack_affine(self, modules)
 
 
-class PackedLayerNorm(nn.Module):
+class PackedFeatureNorm(nn.Module):
     """S LayerNorms or RMSNorms over the last dim (rows, or each token): torch's kernel, then each member's
     own scale (and LayerNorm's shift), stored (S, C) and broadcast over (S, N, [T,] C); "m" layout. Their
     statistics are each token's own, so members never mix."""
@@ -345,9 +347,9 @@ def convert(modules: list[nn.Module]) -> nn.Module:
     if kind is nn.GroupNorm:
         return PackedGroupNorm(modules)
     if kind in (nn.LayerNorm, nn.RMSNorm) and len(m.normalized_shape) == 1:
-        return PackedLayerNorm(modules)
+        return PackedFeatureNorm(modules)
     if kind is TokenWise and type(m.norm) in (nn.LayerNorm, nn.RMSNorm) and len(m.norm.normalized_shape) == 1:
-        return PackedLayerNorm([t.norm for t in modules])
+        return PackedFeatureNorm([t.norm for t in modules])
     if PackedRNN.takes(m):
         return PackedRNN(modules)
     return PerMember(modules)
