@@ -31,9 +31,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 from normbench.results import cpu_model
+from normbench.study.estimate import hms  # the study's own durations, as its console says them
 from normbench.summary import claims
 from normbench.summary.show import claims_table
-from normbench.study.estimate import hms  # the study's own durations, as its console says them
 from normbench.summary.stats import PAIRS_LIMIT, POWER
 
 EXPERIMENTS = REPO / "normbench" / "configs" / "experiment"

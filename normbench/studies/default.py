@@ -88,12 +88,18 @@ def precise_batches(model: nn.Module, splits: data.Splits | MemberSplits, cfg: C
     """PreciseBN's training batches, drawn from the run's training split as its own seed draws them; a
     pack's members each their own, from their own splits."""
     splits = member_splits(model, splits)
-    if isinstance(model, Members) and model.seeds is None:
-        raise ValueError("PreciseBN draws each member's batches by its seed: build the pack with seeds")
-    seeds = model.seeds if isinstance(model, Members) else [cfg.seed]
     return joined(model, [batch_fn(s.train_x, s.train_y, cfg.batch_size, shuffle=True, drop_last=drop_last,
                                    generator=torch.Generator(device=s.train_x.device).manual_seed(seed))
-                          for s, seed in zip(splits.each, seeds)])
+                          for s, seed in zip(splits.each, _seeds(model, cfg))])
+
+
+def _seeds(model: nn.Module, cfg: Config) -> list[int]:
+    """Each member's seed (a plain model's is the run's): PreciseBN draws a member's batches by it."""
+    if not isinstance(model, Members):
+        return [cfg.seed]
+    if model.seeds is None:
+        raise ValueError("PreciseBN draws each member's batches by its seed: build the pack with seeds")
+    return model.seeds
 
 
 def recompute(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Config, batch_fn, steps: int | None = None,
@@ -109,10 +115,8 @@ def recompute(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Config,
     if isinstance(model, Members) and not model.packs(size):
         # Past the pack's limit each member alone is faster (as `evaluate` scores them): each on its own
         # seed's batches, then the members' new statistics back into the pack.
-        if model.seeds is None:
-            raise ValueError("PreciseBN draws each member's batches by its seed: build the pack with seeds")
         done = [recompute(m, s, replace(cfg, seed=seed), batch_fn, steps, splittable)
-                for m, s, seed in zip(model.unpacked(), member_splits(model, splits).each, model.seeds)]
+                for m, s, seed in zip(model.unpacked(), member_splits(model, splits).each, _seeds(model, cfg))]
         model.repack_buffers()
         return done[0]  # a member's layers and samples (every member sees as many)
     if steps is not None:  # before the split: the new steps' copies split their statistics too

@@ -58,20 +58,17 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], batch_stats: bool = Fal
     each member's own (`MemberStreams`, or stacked (S, N, ...) batches)."""
     members = model.size if isinstance(model, Members) else None
     if isinstance(batches, MemberStreams):  # each member its own data
-        streams = [iter(s) for s in batches.streams]
-        first = next(streams[0], None)
+        first, head = _peek(batches.streams[0])
+        streams = [head, *batches.streams[1:]]
         if first is None:
             return _empty(members, per_sample)
-        streams[0] = itertools.chain([first], streams[0])
         if not model.packs(first[1].shape[-1]):  # large batches: each member alone is faster (docs/packing.md)
             return _each(model, streams, batch_stats, stats_per, per_sample)
         batches = model.member_batches(streams)
     elif members is not None:
-        batches = iter(batches)
-        first = next(batches, None)
+        first, batches = _peek(batches)
         if first is None:
             return _empty(members, per_sample)
-        batches = itertools.chain([first], batches)
         if not model.packs(first[1].shape[-1]):
             batches = list(batches)
             return _each(model, [[_member(b, k) for b in batches] for k in range(members)], batch_stats,
@@ -99,6 +96,13 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], batch_stats: bool = Fal
     if members is None:
         return Scores(loss.item() / n, hits.item() / n, hit_mask)
     return Scores([v / n for v in loss.tolist()], [v / n for v in hits.tolist()], hit_mask)
+
+
+def _peek(batches: Iterable[Batch]) -> tuple[Batch | None, Iterable[Batch]]:
+    """The first batch (None for none) and all the batches, the first included."""
+    rest = iter(batches)
+    first = next(rest, None)
+    return first, rest if first is None else itertools.chain([first], rest)
 
 
 def _each(model: Members, streams: list[Iterable[Batch]], batch_stats: bool, stats_per: int | None,
