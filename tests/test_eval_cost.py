@@ -11,7 +11,7 @@ import torch
 from normbench import data, models, norms
 from normbench.config import ModelConfig, VarLenConfig
 from normbench.data import varlen
-from normbench.studies import default, variable_length
+from normbench.regimes import default, variable_length
 from normbench.train.norm_modes import batch_statistics
 
 
@@ -141,7 +141,7 @@ def test_joined_precise_bn_is_precise_bn_at_the_training_batch(tiny_cfg, float64
 
     from normbench.data import varlen
     from normbench.pack.model import PackedModel
-    from normbench.studies import precise_bn
+    from normbench.regimes import precise_bn
 
     monkeypatch.setattr(default, "PRECISE_SAMPLES", samples)
     cfg, batch_fn, steps = replace(tiny_cfg, batch_size=7), data.batches, None

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from normbench import data, models, norms
 from normbench.config import Config, DataConfig, ModelConfig, NormConfig, PackConfig
 from normbench.errors import UserError
-from normbench.studies import default
+from normbench.regimes import default
 from normbench.train import loop, runner
 from normbench.train.tracking import NullTracker
 

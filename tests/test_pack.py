@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import normbench_cli
 
-from normbench import data, norms, studies
+from normbench import data, norms, regimes
 from normbench.config import Config, DataConfig, ModelConfig, NormConfig, PackConfig, VarLenConfig
 from normbench.errors import UserError
 from normbench.pack.layers import PerMember
@@ -52,7 +52,7 @@ def separate(cfg: Config, splits):
     model = runner.build_model(cfg, make, splits, device, results)
     tracker = Losses()
     fitted = fit(model, splits, replace(cfg, lr=results["lr_effective"]), tracker, device,
-                 batch_fn=studies.for_config(cfg).train_batches(cfg))
+                 batch_fn=regimes.for_config(cfg).train_batches(cfg))
     return tracker.losses, model, fitted
 
 
@@ -66,7 +66,7 @@ def packed(cfg: Config, splits: data.MemberSplits):
     trackers = [Losses() for _ in pack]
     packed_model = PackedModel(models)
     fitted = train(packed_model, splits, [replace(m, lr=r["lr_effective"]) for (_, m), r in zip(pack, results)],
-                   trackers, device, batch_fn=studies.for_config(cfg).train_batches(cfg))
+                   trackers, device, batch_fn=regimes.for_config(cfg).train_batches(cfg))
     # The last training batch's padded lengths must not outlive it (validation would run with them)
     assert all(m.steps is None for m in packed_model.net.modules() if isinstance(m, PerMember))
     return [(t.losses, m, f) for t, m, f in zip(trackers, models, fitted)], [m for _, m in pack]

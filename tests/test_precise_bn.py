@@ -8,7 +8,7 @@ from torch import nn
 
 from normbench import norms
 from normbench.models import cells
-from normbench.studies import precise_bn
+from normbench.regimes import precise_bn
 
 EPS = 1e-5
 TIGHT = {"rtol": 1e-10, "atol": 1e-10}

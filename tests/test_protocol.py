@@ -170,14 +170,14 @@ def test_widen_names_the_next_grid_value_up_to_the_limit():
     """Reference: select.py's choices and its spacing (a factor beyond the edge): a cell read by an
     undecided claim, chosen at the low edge of 0.025, 0.05, 0.1, widens to 0.0125; after two values added
     below the declared grid it is at the limit; a cell no undecided claim reads is not widened."""
-    from normbench.summary.select import Choice
+    from normbench.summary.select import Selection
 
     cell, other = ("", "s", "fashion_mnist", "mlp", "bn", 2), ("", "s", "fashion_mnist", "mlp", "gn", 2)
     declared = [0.025, 0.05, 0.1]
-    chosen = {cell: Choice({0: 0.025, 1: 0.025, 2: 0.05}, declared), other: Choice({0: 0.1}, declared)}
+    chosen = {cell: Selection({0: 0.025, 1: 0.025, 2: 0.05}, declared), other: Selection({0: 0.1}, declared)}
     (w,) = protocol.widen(chosen, {cell}, declared, limit=2)
     assert (w.side, w.value, w.added, w.at_limit) == ("low", 0.0125, 0, False)
-    chosen[cell] = Choice({0: 0.00625}, [0.00625, 0.0125, *declared])
+    chosen[cell] = Selection({0: 0.00625}, [0.00625, 0.0125, *declared])
     (w,) = protocol.widen(chosen, {cell}, declared, limit=2)
     assert (w.side, w.value, w.added, w.at_limit) == ("low", 0.00313, 2, True)
 

@@ -1,4 +1,4 @@
-"""The saturation fraction of DyT and Derf layers (normbench/studies/saturation.py): against a hand count,
+"""The saturation fraction of DyT and Derf layers (normbench/regimes/saturation.py): against a hand count,
 per member of a pack as in separate models, and in a run's results.json."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from torch import nn
 
 from normbench import data, models, norms
 from normbench.config import ModelConfig, NormConfig, PackConfig
-from normbench.studies import saturation
+from normbench.regimes import saturation
 from normbench.train.runner import run
 from normbench.train.tracking import NullTracker
 

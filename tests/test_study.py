@@ -14,7 +14,7 @@ from conftest import normbench_cli, requires_real_data
 
 from normbench.errors import UserError
 from normbench.results import git_sha
-from normbench.studies.default import STATISTICS
+from normbench.regimes.default import STATISTICS
 from normbench.study import command, estimate, jobs, spec
 from normbench.study.rounds import declared_claims, open_after, primary_claims
 from normbench.summary import metrics
@@ -66,7 +66,7 @@ def test_a_folder_trained_under_another_plan_is_refused_in_one_line(tmp_path):
     plan before BRN got a sweep of its own) is refused: resumed, the new plan would train the same cell
     again (statistics_suite is a runtime key, which cells ignore), two runs per seed that a claim drops as
     ambiguous. A job the plan has, trained with the same overrides, is fine, and so is a widened one."""
-    from normbench.study.rounds import Study
+    from normbench.study.rounds import Rounds
 
     out = tmp_path / "o"
     out.mkdir()
@@ -77,11 +77,11 @@ def test_a_folder_trained_under_another_plan_is_refused_in_one_line(tmp_path):
     state = {"studies": ["ghost_batch"], "scale": "laptop", "widened": [widened],
              "jobs": {f"ghost_batch/{j.name}": list(j.overrides) for j in (first, wide)}}
     (out / "study.json").write_text(json.dumps(state))
-    assert Study([study], "laptop", out, 1, None).universe()
+    assert Rounds([study], "laptop", out, 1, None).universe()
     state["jobs"]["ghost_batch/bn-9"] = ["experiment=ghost_batch", "norm=brn", "norm.ghost_batch=64"]
     (out / "study.json").write_text(json.dumps(state))
     with pytest.raises(UserError, match="job ghost_batch/bn-9 .1 in all. trained under a plan that no longer has it"):
-        Study([study], "laptop", out, 1, None).universe()
+        Rounds([study], "laptop", out, 1, None).universe()
 
 
 def test_unknown_study_is_one_line_and_exit_2(tmp_path):

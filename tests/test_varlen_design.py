@@ -14,7 +14,7 @@ from normbench import data, models, norms
 from normbench.config import ModelConfig, VarLenConfig
 from normbench.data import varlen
 from normbench.models import cells
-from normbench.studies import precise_bn, variable_length
+from normbench.regimes import precise_bn, variable_length
 from normbench.train.evaluate import evaluate
 
 
@@ -148,7 +148,7 @@ def test_precise_bn_control_keeps_the_trained_steps(tiny_cfg):
     cfg, splits, net = _bn_rnn_after_one_epoch(tiny_cfg, vl)
     net.eval()
     full = copy.deepcopy(net)
-    from normbench.studies import default
+    from normbench.regimes import default
 
     batches = default.precise_batches(full, splits, cfg, varlen.fixed_length(14))
     precise_bn.recompute_statistics(full, batches, default.PRECISE_SAMPLES, steps=14)

@@ -10,7 +10,7 @@ on its output), `sweep` (a sweep serial vs through Hydra's joblib launcher), `pa
 vs S separate runs, normbench.pack), `lrs` (a pack's members at their own lrs vs all at one), `eval`
 (evaluation's share of each shipped study's run at its budget, bench/eval_share.py), `subnormal` (whether
 this processor pays for subnormal floats, and what flushing them saves, bench/subnormal.py), and, asked for by
-name, `study` (the headline study's cells, the code at git f6bd784 against this checkout, bench/study.py). Variants are timed
+name, `headline` (the headline study's cells, a baseline commit's code against this checkout, bench/headline.py). Variants are timed
 in rounds whose order rotates, so a slow phase of a shared machine slows every variant alike; a ratio is
 the median over rounds of the paired ratios, with their range. Writes bench.json and bench.md.
 """
@@ -28,8 +28,8 @@ from typing import Any, Callable
 
 import torch
 
-SECTIONS = ("loop", "norms", "cells", "sweep", "fixed", "packed", "lrs", "eval", "subnormal", "study")
-DEFAULT = SECTIONS[:-1]  # `study` runs a baseline commit's code from a git checkout: asked for by name
+SECTIONS = ("loop", "norms", "cells", "sweep", "fixed", "packed", "lrs", "eval", "subnormal", "headline")
+DEFAULT = SECTIONS[:-1]  # `headline` runs a baseline commit's code from a git checkout: asked for by name
 
 
 def clocks() -> tuple[float, float]:
@@ -78,7 +78,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="normbench bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smallest sizes, one round: a smoke test")
     p.add_argument("--sections", default=",".join(DEFAULT),
-                   help=f"comma-separated subset of {','.join(SECTIONS)} (default: all but study)")
+                   help=f"comma-separated subset of {','.join(SECTIONS)} (default: all but headline)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds per comparison (default 9, quick 1)")
     p.add_argument("--seconds", type=float, default=None,
                    help="target seconds per timed call (default 0.15, quick 0.01)")
@@ -100,7 +100,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from normbench.bench import eval_share, kernels, loop, packed, study, subnormal, sweep
+    from normbench.bench import eval_share, kernels, loop, headline, packed, subnormal, sweep
     from normbench.results import git_sha, versions
     from normbench.train.device import pick_device
 
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
           "(range in brackets)."]
     sections = {"loop": loop.run, "norms": kernels.run_norms, "cells": kernels.run_cells, "sweep": sweep.run,
                 "fixed": lambda args, device: sweep.fixed_cost(args), "packed": packed.run,
-                "lrs": packed.run_member_lrs, "eval": eval_share.run, "subnormal": subnormal.run, "study": study.run}
+                "lrs": packed.run_member_lrs, "eval": eval_share.run, "subnormal": subnormal.run, "headline": headline.run}
     for name in args.sections:
         started = time.perf_counter()
         rows, text = sections[name](args, device)

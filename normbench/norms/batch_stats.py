@@ -17,7 +17,7 @@ m_g is the momentum, or 0 for a group with fewer than two real values (no varian
 `split_eps(value, grad)` is BatchNorm's `eps_grad` option (and the scratch and packed BN's): an output with
 the numbers of BN at `eps` and the gradient of BN at `eps_grad`, both with batch statistics.
 
-`absorb` is also where PreciseBN (normbench/studies/precise_bn.py) listens: a module whose `stats_sink` is set hands
+`absorb` is also where PreciseBN (normbench/regimes/precise_bn.py) listens: a module whose `stats_sink` is set hands
 its per-group statistics to the sink instead of folding them into the running buffers.
 """
 

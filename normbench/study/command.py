@@ -18,7 +18,7 @@ from normbench.errors import UserError
 from normbench.study import jobs as joblist
 from normbench.study import spec
 from normbench.study.estimate import hms, schedule
-from normbench.study.rounds import Study, selection
+from normbench.study.rounds import Rounds, selection
 from normbench.summary import protocol as protocols
 
 SETTINGS = ("scale", "budget", "out", "jobs", "protocol")
@@ -70,7 +70,7 @@ def _computations(job: joblist.Job, seeds) -> int:
         return len(plan.decide(cfg, Path(tmp), "cpu").groups)
 
 
-def plan(study: Study, say=print) -> list[float]:
+def plan(study: Rounds, say=print) -> list[float]:
     """Print the plan: each round's jobs, runs, computations and estimated time (round 1's jobs; later
     rounds at most every primary claim's cells, as if none were decided; neither counts the lr values
     widening may add). Returns the estimates."""
@@ -133,7 +133,7 @@ def main(argv: list[str]) -> int:
     studies = spec.resolve(args.studies)
     for s in studies:
         s.sweeps_at(args.scale)  # an unknown scale fails before anything runs
-    study = Study(studies, args.scale, args.out, args.jobs, parse_budget(args.budget), protocol=args.protocol)
+    study = Rounds(studies, args.scale, args.out, args.jobs, parse_budget(args.budget), protocol=args.protocol)
     estimates = plan(study)
     spent = study.state.spent
     if study.budget is not None and spent == 0 and estimates[0] > study.budget:

@@ -98,7 +98,7 @@ def open_after(results, look_index: int) -> set[tuple[str, str]]:
             and (r.verdict == "inconclusive" or (r.look or 0) > look_index)}
 
 
-class Study:
+class Rounds:
     """Runs `studies` at `scale` into `out`, `workers` jobs side by side, within `budget` seconds."""
 
     def __init__(self, studies: list[spec.Study], scale: str, out: Path, workers: int, budget: float | None,

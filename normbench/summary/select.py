@@ -42,7 +42,7 @@ EDGE = "⚑"
 
 
 @dataclass
-class Choice:
+class Selection:
     per_seed: dict[int, Any]  # seed -> the value chosen for it (on the other seeds' validation)
     grid: list[Any]  # the values the cell tried, in order
     unchosen: list[int] = field(default_factory=list)  # seeds none of whose values ran at another seed
@@ -81,8 +81,8 @@ def score(run: Run) -> float | None:
     return float(value) if math.isfinite(value) else chance(run)
 
 
-def choose(runs: list[Run], key: str, labels: dict) -> dict[tuple, Choice]:
-    """cell key -> its Choice, from the runs' validation accuracy (`score`: a diverged run at chance): for
+def choose(runs: list[Run], key: str, labels: dict) -> dict[tuple, Selection]:
+    """cell key -> its Selection, from the runs' validation accuracy (`score`: a diverged run at chance): for
     each seed, among the values that seed ran (a failed or diverged run too), the one with the best mean
     over the other seeds (a tie: the smaller value); a seed none of whose values has a score at another seed
     is `unchosen`."""
@@ -107,7 +107,7 @@ def choose(runs: list[Run], key: str, labels: dict) -> dict[tuple, Choice]:
             return max(means, key=lambda v: (means[v], -grid.index(v))) if means else None
 
         per_seed = {s: best(s, s if len(seeds) > 1 else None) for s in seeds}
-        chosen[cell] = Choice({s: v for s, v in per_seed.items() if v is not None}, grid,
+        chosen[cell] = Selection({s: v for s, v in per_seed.items() if v is not None}, grid,
                               [s for s, v in per_seed.items() if v is None],
                               {s: sorted(vals) for s, vals in sorted(tried[cell].items())})
     return chosen
@@ -123,7 +123,7 @@ def kept(runs: list[Run], key: str) -> list[Run]:
     return [r for r in runs if kept_by(chosen, r, labels, key)]
 
 
-def kept_by(chosen: dict[tuple, Choice], run: Run, labels: dict, key: str) -> bool:
+def kept_by(chosen: dict[tuple, Selection], run: Run, labels: dict, key: str) -> bool:
     """Is `run` at the value chosen for its seed in its cell? (Failed and diverged runs there too: their cell
     marks them; a claim reads a diverged one at chance.)"""
     c = chosen.get(cell_key(run, labels.get(run.path))) if run.config else None
@@ -136,7 +136,7 @@ def kept_by(chosen: dict[tuple, Choice], run: Run, labels: dict, key: str) -> bo
     return run.status != "completed" and run.config.get(key) in c.per_seed.values()
 
 
-def annotate(tables: list[Table], chosen: dict[tuple, Choice], key: str) -> None:
+def annotate(tables: list[Table], chosen: dict[tuple, Selection], key: str) -> None:
     """Write each cell's chosen values (⚑ at the edge) and how they were chosen into the tables."""
     for t in tables:
         varlen = t.kind == "variable_length"
@@ -176,7 +176,7 @@ def _renamed(override: str) -> str:
     return f"{prefix}{RENAMED.get(name, name)}{eq}{value}" if eq else override
 
 
-def extensions(chosen: dict[tuple, Choice], runs: list[Run], labels: dict, key: str, root: Path) -> list[str]:
+def extensions(chosen: dict[tuple, Selection], runs: list[Run], labels: dict, key: str, root: Path) -> list[str]:
     """For each cell whose choice sits at an edge of its grid: the command that trains the next value on
     that side for the cell's runs (their recorded command line, with `key` replaced), into `root`, so the
     next `summarize --select` sees it."""

@@ -154,7 +154,7 @@ def varlen_notes(by_label: dict[str, list[dict]]) -> list[str]:
 
 
 def saturation_notes(runs: list[Run], labels: dict[Path, str], t: Table) -> list[str]:
-    """DyT's and Derf's saturated share (results.json `saturation`, normbench/studies/saturation.py), per row
+    """DyT's and Derf's saturated share (results.json `saturation`, normbench/regimes/saturation.py), per row
     and column of the test-accuracy table `t` that holds such runs: the mean over its runs of the share of
     all their DyT/Derf values, the least and most saturated layer's share (means over runs), and the mean
     learned alpha over layers."""

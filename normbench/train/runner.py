@@ -7,7 +7,7 @@
 The CLI calls this with the config Hydra composed; tests and library users call it directly. A plain run
 is one member, a pack (`pack.seeds`, `pack.lrs`; normbench.pack) S members: both go through one
 lifecycle (`_train_members`) and one training loop (`loop.train`). What a study adds (its batches,
-its extra evaluations) comes from `normbench.studies`.
+its extra evaluations) comes from `normbench.regimes`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from normbench import data, models, norms, studies
+from normbench import data, models, norms, regimes
 from normbench.config import Config, NormConfig, PackMode, to_dict
 from normbench.errors import UserError
 from normbench.models import cells
@@ -68,7 +68,7 @@ def validate(cfg: Config) -> None:
     for ok, what, fix in checks:
         if not ok:
             raise UserError(what, fix)
-    studies.for_config(cfg).validate(cfg)
+    regimes.for_config(cfg).validate(cfg)
 
 
 def make_trackers(cfg: Config, run_dir: Path, config_dict: dict,
@@ -116,7 +116,7 @@ def build_model(cfg: Config, make: norms.NormFactory, splits: data.Splits, devic
     values, layouts = models.norm_values_per_channel(model, splits.train_x[:cfg.batch_size])
     guards.check_batch_statistics(cfg, values, layouts)
     results.update(device=str(device), torch_threads=torch.get_num_threads(), norm_values_per_channel=values,
-                   batch_dependent=not studies.default.batch_free(model),
+                   batch_dependent=not regimes.default.batch_free(model),
                    lr_effective=scaled_lr(cfg))
     return model
 
@@ -157,7 +157,7 @@ def evaluations(model: torch.nn.Module, splits: data.Splits | data.MemberSplits,
                  clock: PassClock | None = None) -> dict[str, Any]:
     """A trained model's test loss and accuracies: its study's suite, each pass timed on `clock`. For a
     pack, every value is a list with one entry per member (the seconds are the pack's, shared)."""
-    return studies.for_config(cfg).evaluations(model, splits, cfg, clock=clock or PassClock())
+    return regimes.for_config(cfg).evaluations(model, splits, cfg, clock=clock or PassClock())
 
 
 def close_results(results: dict[str, Any], run_dir: Path, started: float, tracker) -> None:
@@ -268,7 +268,7 @@ def _train_members(cfg: Config, members: list[tuple], checkpoint_dir: Path,
         model, trackers = _model_and_trackers(cfg, nets, cfgs, dirs, device, hparam_domains, tracker, packs)
         fitted = loop.train(model, splits, [replace(c, lr=r["lr_effective"]) for c, r in zip(cfgs, results)],
                             trackers, device, checkpoint=checkpoint_dir / CHECKPOINT, resume=cfg.resume,
-                            batch_fn=studies.for_config(cfg).train_batches(cfg))  # results record the base lr
+                            batch_fn=regimes.for_config(cfg).train_batches(cfg))  # results record the base lr
         started -= max(f.earlier_wall_s for f in fitted)  # a resumed run's wall_s: its earlier processes too
         for res, fit, net in zip(results, fitted, nets):
             record_fit(res, fit, net)

@@ -1,4 +1,4 @@
-"""Bench section `study`: the ten-seed headline study's cells, the code at a baseline commit against this
+"""Bench section `headline`: the ten-seed headline study's cells, the code at a baseline commit against this
 one, side by side (issue 39: the headline end to end >= 2x faster than at git f6bd784).
 
 The headline (the small-batch regime's claims at ten seeds, run in the ghost_batch study) trains the MLP at
@@ -12,9 +12,9 @@ baseline / this. The per-member test accuracies of the two sides are compared (t
 lrs; packing members that the baseline ran one seed at a time reorders float32 sums, so they may differ
 in the last bits, and a test prediction near a tie can flip).
 
-    normbench bench --sections study --rounds 2            # ~2.5 min a round (2026-12-04, AMD EPYC)
-    normbench bench --sections study --quick               # a smoke test
-    NORMBENCH_BENCH_BASELINE=<sha> normbench bench --sections study   # another baseline
+    normbench bench --sections headline --rounds 2            # ~2.5 min a round (2026-12-04, AMD EPYC)
+    normbench bench --sections headline --quick               # a smoke test
+    NORMBENCH_BENCH_BASELINE=<sha> normbench bench --sections headline   # another baseline
 
 It needs a git checkout of normbench that holds the baseline commit (an installed package has none: the
 section then says so and times nothing).

@@ -33,7 +33,7 @@ from normbench.models import cells
 from normbench.norms.batch_stats import BatchStatistics
 from normbench.norms.registry import TAG
 from normbench.pack.members import Members, each_member, member_splits
-from normbench.studies import default, precise_bn
+from normbench.regimes import default, precise_bn
 from normbench.train.evaluate import PassClock, evaluate
 from normbench.train.norm_modes import eval_mode
 

@@ -1,4 +1,4 @@
-"""What the studies add to a run (normbench/studies/, via the runner): the effective learning rate, the
+"""What the studies add to a run (normbench/regimes/, via the runner): the effective learning rate, the
 values each norm's statistics see (models.norm_values_per_channel), the batch-statistics test accuracy,
 the variable-length evaluations, and a results.json even when setup fails."""
 
@@ -13,7 +13,7 @@ from normbench import data, models, norms
 from normbench.config import ModelConfig, VarLenConfig
 from normbench.data import batches
 from normbench.errors import UserError
-from normbench.studies import default, precise_bn
+from normbench.regimes import default, precise_bn
 from normbench.train.runner import run
 
 
@@ -95,7 +95,7 @@ def test_stretched_precise_bn_reestimates_recurrent_steps_past_the_trained_lengt
     with steps=L), then the test set at that length. The run's own model (test_acc_by_length) is untouched,
     and `none` has no such key (nothing to re-estimate)."""
     from normbench.data import varlen
-    from normbench.studies import variable_length
+    from normbench.regimes import variable_length
     from normbench.train.evaluate import evaluate
 
     vl = VarLenConfig(enabled=True, min_len=6, max_len=10, test_lengths=[8, 10, 14])
@@ -170,7 +170,7 @@ def test_batch_statistics_over_large_batches_split_in_groups_equal_small_batches
 
     from normbench import data, models, norms
     from normbench.config import ModelConfig
-    from normbench.studies import precise_bn
+    from normbench.regimes import precise_bn
     from normbench.train.evaluate import evaluate
     from normbench.train.norm_modes import can_split_statistics, split_statistics
 

@@ -32,7 +32,7 @@ from normbench import data, norms
 from normbench.config import Config
 from normbench.data import MemberSplits, augment
 from normbench.pack.members import Members, each_member, joined, member_splits
-from normbench.studies import precise_bn, saturation
+from normbench.regimes import precise_bn, saturation
 from normbench.train.evaluate import PassClock, evaluate
 from normbench.train.norm_modes import can_split_statistics, split_statistics
 
