@@ -45,7 +45,7 @@ class TestEveryEpoch(NullTracker):
     def epoch(self, epoch: int, metrics: dict) -> None:
         wall = time.perf_counter() - self.started - self.excluded
         t = time.perf_counter()
-        test_acc = evaluate(self.model, batches(self.splits.test_x, self.splits.test_y, self.cfg.eval_batch_size)).acc
+        test_acc = evaluate(self.model, batches(self.splits.test_x, self.splits.test_y, self.cfg.eval_batch_size)).acc[0]
         self.excluded += time.perf_counter() - t
         train_s = metrics["step"] * self.cfg.batch_size / metrics["train_samples_per_s"]
         self.epochs.append({"epoch": epoch, "train_s": train_s, "wall_s": wall, "val_acc": metrics["acc/val"],

@@ -250,17 +250,19 @@ def test_recurrent_placement_in_the_rnn_model(norm, cell):
 
 
 def test_recurrent_placement_refuses_what_it_cannot_do():
-    """Reference: docs/design.md: impossible combinations fail at build with why and what instead."""
+    """Reference: docs/design.md: impossible combinations fail before any data is read (`models.validate`,
+    the runner's setup) with why and what instead; unknown cells and placements fail at composition
+    (config.RNNCell, config.Placement; test_reliability.py)."""
+    def rnn(cell, norm):
+        models.validate(ModelConfig(name="rnn", cell=cell, placement="recurrent"), norms.factory(norm))
+
     with pytest.raises(UserError, match="in cannot go inside a recurrent cell.*not defined.*placement=output"):
-        cells.recurrent_layer("rnn", 4, 8, norms.factory("in"), "recurrent")
+        rnn("rnn", "in")
     with pytest.raises(UserError, match="frn includes its own activation.*placement=output"):
-        cells.recurrent_layer("lstm", 4, 8, norms.factory("frn"), "recurrent")
+        rnn("lstm", "frn")
     with pytest.raises(UserError, match="not gru.*model.cell=rnn or lstm"):
-        cells.recurrent_layer("gru", 4, 8, norms.factory("ln"), "recurrent")
-    with pytest.raises(UserError, match="unknown norm placement"):
-        cells.recurrent_layer("rnn", 4, 8, norms.factory("ln"), "inside")
-    with pytest.raises(UserError, match="unknown RNN cell"):
-        cells.recurrent_layer("tcn", 4, 8, norms.factory("ln"))
+        rnn("gru", "ln")
+    rnn("lstm", "bn")  # recurrent BN (Cooijmans et al.) goes together
 
 
 @pytest.mark.parametrize("norm", ["wn", "cn"])

@@ -140,6 +140,7 @@ def test_joined_precise_bn_is_precise_bn_at_the_training_batch(tiny_cfg, float64
     import copy
 
     from normbench.data import varlen
+    from normbench.pack.members import Solo
     from normbench.pack.model import PackedModel
     from normbench.regimes import precise_bn
 
@@ -152,11 +153,11 @@ def test_joined_precise_bn_is_precise_bn_at_the_training_batch(tiny_cfg, float64
     torch.manual_seed(0)
     nets = [models.create(cfg.model, norms.factory("bn"), splits.shape, 10) for _ in range(2)]
     limits = {"mlp pack": lambda b: True, "mlp pack past its limit": lambda b: b < 100}
-    model = PackedModel(nets, seeds=[0, 1], packs=limits[case]) if case in limits else nets[0]
+    model = PackedModel(nets, seeds=[0, 1], packs=limits[case]) if case in limits else Solo(nets[0], cfg.seed)
     joined, by_hand = copy.deepcopy(model), copy.deepcopy(model)
     done = default.recompute(joined, splits, cfg, batch_fn, steps=steps)
     ref = precise_bn.recompute_statistics(by_hand, default.precise_batches(by_hand, splits, cfg, batch_fn),
-                                          samples, steps=steps)
+                                          samples, steps=steps, batch_dim=by_hand.batch_dim)
     assert done.samples == ref.samples == min(-(-samples // 7), len(splits.train_x) // 7) * 7
     assert default._large(cfg) == 245 and done.layers == ref.layers > 0
     for (name, a), (_, b) in zip(joined.named_buffers(), by_hand.named_buffers(), strict=True):

@@ -28,7 +28,7 @@ def test_model_norm_forward_backward(model, norm):
         return
     if model == "transformer" and make.reparameterizes:  # wn, cn: the layer is the norm (test_transformer.py)
         with pytest.raises(UserError, match="reparameterizes the layer before it"):
-            models.create(CONFIGS[model], make, (1, 28, 28), 10)
+            models.validate(CONFIGS[model], make)
         return
     torch.manual_seed(0)
     net = models.create(CONFIGS[model], make, (1, 28, 28), 10)

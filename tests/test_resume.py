@@ -299,15 +299,15 @@ def test_killed_after_its_last_step_resumes_without_training_more(tiny_cfg, tmp_
     unbroken = runner.run(tiny_cfg, tmp_path / "a", tracker=NullTracker())
     assert unbroken["steps"] == 40 and len(unbroken["history"]) == 2
 
-    real_evaluations = runner.evaluations
+    from normbench.regimes import default  # the run's regime: its evaluations are the test suite
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # as SIGTERM or Ctrl-C during the test suite
 
-    monkeypatch.setattr(runner, "evaluations", killed)
-    with pytest.raises(KeyboardInterrupt):
-        runner.run(tiny_cfg, tmp_path / "b", tracker=NullTracker())
-    monkeypatch.setattr(runner, "evaluations", real_evaluations)
+    with monkeypatch.context() as m:
+        m.setattr(default, "evaluations", killed)
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(tiny_cfg, tmp_path / "b", tracker=NullTracker())
     tiny_cfg.resume = True
     resumed = runner.run(tiny_cfg, tmp_path / "b", tracker=NullTracker())
     assert resumed["steps"] == 40

@@ -13,6 +13,7 @@ from torch import nn
 
 from normbench import data, models, norms
 from normbench.config import ModelConfig, NormConfig, PackConfig
+from normbench.pack.plan import member_values  # a plain model's numbers: member 0's
 from normbench.regimes import saturation
 from normbench.train.runner import run
 from normbench.train.tracking import NullTracker
@@ -57,11 +58,11 @@ def test_dyt_and_derf_fractions_are_the_hand_count():
     cfg = SimpleNamespace(eval_batch_size=1)  # two batches: the counts add up over batches
     for alpha, want in ((1.0, 0.5), (0.5, 1 / 6)):
         model = _Fixed(norms.create("dyt", 6, "flat", alpha_init=alpha))
-        got = saturation.measure(model, _splits([0, 1, 1.9, 2.1, -3, 10]), cfg)["saturation"]
+        got = member_values(saturation.measure(model, _splits([0, 1, 1.9, 2.1, -3, 10]), cfg)["saturation"], 0)
         assert got["all"] == pytest.approx(want) and got["layers"] == {"norm": pytest.approx(want)}
         assert got["threshold"] == pytest.approx(math.tanh(2)) and got["alpha"] == {"norm": alpha}
     model = _Fixed(norms.create("derf", 6, "flat", alpha_init=2.0, shift_init=0.5))
-    got = saturation.measure(model, _splits([0.45, 0.55, -0.95, -1.05, 0, 5]), cfg)["saturation"]
+    got = member_values(saturation.measure(model, _splits([0.45, 0.55, -0.95, -1.05, 0, 5]), cfg)["saturation"], 0)
     assert got["all"] == pytest.approx(0.5) and got["alpha"] == {"norm": 2.0}
 
 
@@ -88,7 +89,8 @@ def test_a_packs_members_measure_as_separate_models():
     cfg = ModelConfig(name="transformer", hidden=16, depth=2, qk_norm="dyt")
     members = [models.create(cfg, norms.factory("dyt", alpha_init=a), (1, 28, 28), 10).double() for a in (0.5, 2.0)]
     splits = _test_only(3 * torch.randn(20, 1, 28, 28, dtype=torch.float64), torch.zeros(20, dtype=torch.long))
-    alone = [saturation.measure(m, splits, SimpleNamespace(eval_batch_size=8))["saturation"] for m in members]
+    alone = [member_values(saturation.measure(m, splits, SimpleNamespace(eval_batch_size=8))["saturation"], 0)
+             for m in members]
     packed = saturation.measure(PackedModel(members).double(), splits, SimpleNamespace(eval_batch_size=8))
     got = packed["saturation"]
     assert set(got["layers"]) == set(alone[0]["layers"]) and "blocks.0.q_norm" in got["layers"]
@@ -109,7 +111,8 @@ def test_a_packs_members_on_their_own_test_tensors_measure_as_separate_models():
     members = [models.create(cfg, norms.factory("dyt", alpha_init=1.0), (1, 28, 28), 10).double() for _ in (0, 1)]
     y = torch.zeros(20, dtype=torch.long)
     own = [_test_only(scale * torch.randn(20, 1, 28, 28, dtype=torch.float64), y) for scale in (1.0, 4.0)]
-    alone = [saturation.measure(m, s, SimpleNamespace(eval_batch_size=8))["saturation"] for m, s in zip(members, own)]
+    alone = [member_values(saturation.measure(m, s, SimpleNamespace(eval_batch_size=8))["saturation"], 0)
+             for m, s in zip(members, own)]
     packed = saturation.measure(PackedModel(members).double(), data.MemberSplits.of(own),
                                 SimpleNamespace(eval_batch_size=8))["saturation"]
     for k in range(2):

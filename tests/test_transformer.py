@@ -165,8 +165,12 @@ def test_patches_are_4x4_tokens_in_raster_order():
     (ModelConfig(name="transformer", qk_norm="foo"), {}, "use one of: none, ln"),
 ])
 def test_impossible_combinations_are_one_line_errors(cfg, options, needle):
+    """Reference: docs/reliability.md: each fails in one line, before any data is read where the options
+    alone decide it (`models.validate`), at build where the norm's layouts do (`in` on tokens)."""
+    make = norms.factory(options.get("name", "ln"))
     with pytest.raises(UserError, match=needle):
-        models.create(cfg, norms.factory(options.get("name", "ln")), (1, 28, 28), 10)
+        models.validate(cfg, make)
+        models.create(cfg, make, (1, 28, 28), 10)
 
 
 def test_post_norm_without_a_norm_trains_or_diverges_recorded(tiny_cfg, tmp_path):

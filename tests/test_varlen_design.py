@@ -147,11 +147,12 @@ def test_precise_bn_control_keeps_the_trained_steps(tiny_cfg):
                       min_step_samples=5)
     cfg, splits, net = _bn_rnn_after_one_epoch(tiny_cfg, vl)
     net.eval()
-    full = copy.deepcopy(net)
+    from normbench.pack.members import Solo
     from normbench.regimes import default
 
+    full = Solo(copy.deepcopy(net), cfg.seed)  # PreciseBN's batches drawn by the run's seed, as a run's
     batches = default.precise_batches(full, splits, cfg, varlen.fixed_length(14))
-    precise_bn.recompute_statistics(full, batches, default.PRECISE_SAMPLES, steps=14)
+    precise_bn.recompute_statistics(full, batches, default.PRECISE_SAMPLES, steps=14, batch_dim=full.batch_dim)
     control = copy.deepcopy(full)
     cells.restore_steps(control, net, 10)
     for c, f, trained in zip(*[[m for m in model.modules() if isinstance(m, cells.StepNorm) and m.per_step]
@@ -160,7 +161,7 @@ def test_precise_bn_control_keeps_the_trained_steps(tiny_cfg):
         for t in range(14):
             want = steps_t[t] if t < 10 else steps_f[t]
             assert torch.equal(steps_c[t].running_mean, want.running_mean), t
-    at_max_model = variable_length.stretched_precise_bn(net, splits, cfg, 10)
+    at_max_model = variable_length.stretched_precise_bn(Solo(net, cfg.seed), splits, cfg, 10)
     cells.restore_steps(at_max_model, net, 10)
     at_max = evaluate(at_max_model, varlen.length_batches(splits.test_x, splits.test_y, 10, cfg.eval_batch_size)).acc
     plain = evaluate(net, varlen.length_batches(splits.test_x, splits.test_y, 10, cfg.eval_batch_size)).acc

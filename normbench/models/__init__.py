@@ -28,17 +28,25 @@ from normbench.norms.batch_stats import BatchStatistics
 from normbench.norms.registry import TAG
 
 _REGISTRY: dict[str, Callable[..., nn.Module]] = {"mlp": MLP, "cnn": CNN, "rnn": RNN, "transformer": Transformer}
-__all__ = ["CNN", "MLP", "RNN", "Transformer", "create", "length_mask", "names", "norm_values_per_channel"]
+__all__ = ["CNN", "MLP", "RNN", "Transformer", "create", "length_mask", "names", "norm_values_per_channel", "validate"]
 
 
 def names() -> list[str]:
     return list(_REGISTRY)
 
 
-def create(cfg: ModelConfig, make: NormFactory, in_shape, num_classes: int) -> nn.Module:
-    """Build model `cfg.name` for inputs of shape `in_shape` (C, H, W)."""
+def validate(cfg: ModelConfig, make: NormFactory) -> None:
+    """Is model `cfg.name` known, and do its options go together and with the norm `make` builds? Asked
+    once, before any data is read (the runner's setup); `create` then builds without asking again."""
     if cfg.name not in _REGISTRY:
         raise UserError(f"unknown model {cfg.name!r}", f"choose one of: {', '.join(names())}")
+    check = getattr(_REGISTRY[cfg.name], "check", None)  # the MLP and CNN have no options to cross-check
+    if check is not None:
+        check(cfg, make)
+
+
+def create(cfg: ModelConfig, make: NormFactory, in_shape, num_classes: int) -> nn.Module:
+    """Build model `cfg.name` (its options `validate`d) for inputs of shape `in_shape` (C, H, W)."""
     return _REGISTRY[cfg.name](cfg, make, tuple(in_shape), num_classes)
 
 

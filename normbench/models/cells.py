@@ -89,15 +89,27 @@ class Passthrough(nn.Module):
         return x
 
 
-def recurrent_layer(cell: str, input_size: int, hidden: int, make, placement: str = "output") -> nn.Module:
-    """A batch-first recurrent layer, forward(seq, mask=None) -> (N, T, hidden)."""
-    if cell not in CELLS:
-        raise UserError(f"unknown RNN cell {cell!r}", f"choose one of: {', '.join(CELLS)}")
-    if placement not in PLACEMENTS:
-        raise UserError(f"unknown norm placement {placement!r}", "use model.placement=output, recurrent or input")
+def check(cell: str, placement: str, make) -> None:
+    """A cell, a placement and a norm that go together, before any data is read (`models.validate`)."""
     if placement == "recurrent" and cell == "gru":
         raise UserError("recurrent placement is defined for the rnn (Ba et al.) and lstm (Ba et al.; Cooijmans "
                         "et al.) cells, not gru", "use model.cell=rnn or lstm, or model.placement=output")
+    if placement != "recurrent" or make.reparameterizes or make.name == "none":
+        return
+    if "flat" in make.spec.unsupported:
+        raise UserError(f"{make.name} cannot go inside a recurrent cell: each step's pre-activation is a "
+                        f"flat (N, C) vector, one value per channel, where {make.name} is not defined",
+                        "use model.placement=output, or ln / bn inside the cell")
+    if make.spec.own_activation:
+        raise UserError(f"{make.name} includes its own activation, which inside a recurrent cell would act on "
+                        "the gate pre-activations before the cell's sigmoid and tanh",
+                        "use model.placement=output, or ln / rms / bn inside the cell")
+
+
+def recurrent_layer(cell: str, input_size: int, hidden: int, make, placement: str = "output") -> nn.Module:
+    """A batch-first recurrent layer, forward(seq, mask=None) -> (N, T, hidden). `cell` one of CELLS and
+    `placement` one of PLACEMENTS (config.RNNCell, config.Placement), the two and the norm checked against
+    each other by `check`."""
     if placement == "output" and not make.reparameterizes:
         return TORCH_CELLS[cell](input_size, hidden, batch_first=True)
     return SteppedRecurrent(cell, input_size, hidden, make, inner=placement == "recurrent",
@@ -286,15 +298,6 @@ class SteppedRecurrent(nn.Module):
         self.cell, self.hidden = cell, hidden
         gates = GATES[cell] * hidden
         inner = inner and not make.reparameterizes and make.name != "none"
-        if inner:
-            if "flat" in make.spec.unsupported:
-                raise UserError(f"{make.name} cannot go inside a recurrent cell: each step's pre-activation is a "
-                                f"flat (N, C) vector, one value per channel, where {make.name} is not defined",
-                                "use model.placement=output, or ln / bn inside the cell")
-            if make.spec.own_activation:
-                raise UserError(f"{make.name} includes its own activation, which inside a recurrent cell would act on "
-                                "the gate pre-activations before the cell's sigmoid and tanh",
-                                "use model.placement=output, or ln / rms / bn inside the cell")
         self.norm_x = self.norm_h = self.norm_c = None
         self.bias = None  # recurrent BN's b, on the sum of the normalized terms
         ih_bias = True

@@ -27,6 +27,11 @@ class RNN(nn.Module):
     linear classifier on the output at each sequence's last real step. With model.placement=recurrent the
     norm sits inside the cell at every step instead (LN-RNN, recurrent BN; see cells.py)."""
 
+    @staticmethod
+    def check(cfg: ModelConfig, make: NormFactory) -> None:
+        """Its cell, placement and norm against each other, before any data is read (`models.validate`)."""
+        cells.check(str(cfg.cell), str(cfg.placement), make)
+
     def __init__(self, cfg: ModelConfig, make: NormFactory, in_shape, num_classes: int):
         super().__init__()
         c, _, w = in_shape

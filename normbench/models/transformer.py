@@ -108,16 +108,15 @@ class Block(nn.Module):
 class Transformer(nn.Module):
     member_axis = True  # its forward indexes from the end: a pack may swap its layers (normbench.pack)
 
-    def __init__(self, cfg: ModelConfig, make: NormFactory, in_shape, num_classes: int):
-        super().__init__()
-        c, h, w = in_shape
-        width, heads = cfg.hidden, cfg.heads
+    @staticmethod
+    def check(cfg: ModelConfig, make: NormFactory) -> None:
+        """Its options against each other and the norm, before any data is read (`models.validate`)."""
         if cfg.placement not in ("pre", "post", "peri"):
             raise UserError(f"model.placement={cfg.placement} is an RNN's; the transformer puts its norms pre, post "
                             "or peri", "use model.placement=pre, post or peri")
-        if width % heads:
-            raise UserError(f"model.hidden={width} does not split into model.heads={heads} heads",
-                            f"choose heads that divide {width}, e.g. model.heads=4")
+        if cfg.hidden % cfg.heads:
+            raise UserError(f"model.hidden={cfg.hidden} does not split into model.heads={cfg.heads} heads",
+                            f"choose heads that divide {cfg.hidden}, e.g. model.heads=4")
         if make.reparameterizes:
             raise UserError(f"{make.name} reparameterizes the layer before it, and the transformer's layers are "
                             "attention and MLP projections it does not build through the norm",
@@ -127,6 +126,12 @@ class Transformer(nn.Module):
         if qk_norm != "none" and qk_norm not in free:
             raise UserError(f"model.qk_norm={cfg.qk_norm} is not a batch-free norm on tokens (a query's or key's "
                             "head vector is normalized on its own)", f"use one of: none, {', '.join(free)}")
+
+    def __init__(self, cfg: ModelConfig, make: NormFactory, in_shape, num_classes: int):
+        super().__init__()
+        c, h, w = in_shape
+        width, heads = cfg.hidden, cfg.heads
+        qk_norm = (cfg.qk_norm or "none").lower()
         self.patches = cfg.tokens == "patches"
         if self.patches and (h % PATCH or w % PATCH):
             raise UserError(f"{h}x{w} images do not split into {PATCH}x{PATCH} patches", "use model.tokens=rows")

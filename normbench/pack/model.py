@@ -3,6 +3,7 @@
     members = [build(seed) for seed in seeds]          # exactly the models separate runs would train
     packed = PackedModel(members)                       # forward((S, N, C, H, W), lengths (S, N)) -> (S, N, classes)
     packed.unpacked()                                   # the member models, holding the pack's state
+    model = model_of(nets, seeds)                       # what the engine trains: Solo for one, packed for S
 
 The packed network is the members' model with its layers swapped for packed ones (layers.convert), not a
 copy of its forward: a model whose forward indexes from the end declares `member_axis = True`, and its
@@ -21,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normbench.pack.layers import PackedConv2d, PerMember, convert, to_layout, unpack_into
-from normbench.pack.members import Members
+from normbench.pack.members import Members, Solo
 
 
 class PackedSequential(nn.Module):
@@ -155,6 +156,14 @@ class PackedModel(Members):
         for swapped, originals in self._swapped:  # a PerMember's modules are the members' own already
             if isinstance(swapped, nn.Module) and hasattr(swapped, "repack_buffers"):
                 swapped.repack_buffers(originals)
+
+
+def model_of(nets: list[nn.Module], seeds: list[int] | None = None,
+            packs: Callable[[int], bool] | None = None) -> Members:
+    """The members' models as what the engine trains: a set of one (`Solo`, the model itself) or a pack."""
+    if len(nets) == 1:
+        return Solo(nets[0], None if seeds is None else seeds[0])
+    return PackedModel(nets, seeds=seeds, packs=packs)
 
 
 @torch.no_grad()

@@ -1,6 +1,6 @@
 """A pack's plan: its members, whether it is asked for rightly, and whether it trains packed.
 
-    the_plan = decide(cfg, run_dir, "cpu")  # members, groups, mode and packing rule: decided once, handed down
+    the_plan = decide(cfg, run_dir)         # members, groups, mode and packing rule: decided once, handed down
     validate_pack(cfg)                      # UserError (one line) for each way a pack is asked for wrongly
     members(cfg)                            # [("lr=0.001,seed=3", member config), ...]: lrs outer, seeds inner
     packs_faster(cfg, "cpu")                # would pack.mode=auto pack it on this kind of device?
@@ -8,12 +8,14 @@
 A packed pack is one computation whatever its members' data: with data.split=per_seed each member trains and
 is evaluated on its own seed's split (data.MemberSplits), in the one model.
 
-Each member is the single run it stands for: its own seed and lr, `pack` unset. This module imports only
-the config (the device comes in as its type), so the runner plans a pack before it builds anything.
+Each member is the single run it stands for: its own seed and lr, `pack` unset. This module builds nothing
+(it reads the config, the device's kind and, on resume, pack.json), so the runner plans a pack before it
+builds anything.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -22,6 +24,8 @@ from typing import Any
 
 from normbench.config import Config, PackConfig, PackMode
 from normbench.errors import UserError
+from normbench.results import PACK
+from normbench.train.device import pick_device
 
 log = logging.getLogger(__name__)
 DEFAULT = Config()
@@ -152,21 +156,44 @@ def _rule(limits: dict[str, tuple[int, int | None]] | None, model: str, size: in
     return PackRule(max_batch, max_samples, size)
 
 
-def decide(cfg: Config, run_dir: Path, device_type: str, recorded: PackMode | None = None) -> Plan:
-    """The pack's plan on this kind of device, its members and limits each found once. `recorded`: the mode
-    a pack being resumed was trained in (its checkpoints are where that mode put them). Packed: every
+def device_type(cfg: Config) -> str:
+    """The kind of device the pack will train on. A device that is missing is not an error here: setup
+    says so inside the lifecycle, where every member records it."""
+    try:
+        return pick_device(cfg.device).type
+    except UserError:
+        return "cpu"
+
+
+def recorded_mode(cfg: Config, run_dir: Path) -> PackMode | None:
+    """On resume, the mode pack.json records (its checkpoints are where that mode put them, whatever device
+    it resumes on); None when starting afresh, or when it cannot be read."""
+    recorded = Path(run_dir) / PACK
+    if not (cfg.resume and recorded.exists()):
+        return None
+    try:
+        return PackMode(json.loads(recorded.read_text())["mode"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def decide(cfg: Config, run_dir: Path, device: str | None = None) -> Plan:
+    """The pack's plan on this kind of device (`device`, else the one cfg.device picks), its members and
+    limits each found once. A pack being resumed keeps the mode pack.json records (its checkpoints are
+    where that mode put them). Packed: every
     member in one computation (each on its own data), its checkpoint in the run directory; sequential:
     each member its own one-member run, checkpointed in its own directory. `pack.mode=auto` packs where
     the members `packs_faster`."""
     pack = members(cfg)
-    limits = pack_limits(device_type)
+    device = device or device_type(cfg)
+    limits = pack_limits(device)
     rule = _rule(limits, cfg.model.name, len(pack))
-    mode = recorded or cfg.pack.mode
+    mode = recorded_mode(cfg, run_dir) or cfg.pack.mode
     if mode == PackMode.auto:
         if limits is None and rule.size > 1:
             log.info("pack.mode=auto on %s packs every member together (no packing limits were measured on this "
                      "kind of device: scripts/gpu_check.sh writes CUDA's; set pack.mode=sequential to train "
-                     "members one after another)", device_type)
+                     "members one after another)", device)
         mode = PackMode.packed if rule.faster(cfg.batch_size) else PackMode.sequential
     if mode == PackMode.sequential:
         return Plan(pack, [Group(m, [k], run_dir / name, PackRule(None, None, 1))

@@ -31,7 +31,7 @@ from torch import nn
 from normbench import data, norms
 from normbench.config import Config
 from normbench.data import MemberSplits, augment
-from normbench.pack.members import Members, each_member, joined, member_splits
+from normbench.pack.members import Members, Solo, each_member, joined, member_splits, members_of
 from normbench.regimes import precise_bn, saturation
 from normbench.train.evaluate import PassClock, evaluate
 from normbench.train.norm_modes import can_split_statistics, split_statistics
@@ -64,8 +64,7 @@ def on_train(n: int):
     return lambda s: (s.train_x[:n], s.train_y[:n])
 
 
-def train_mode_acc(model: nn.Module, splits: data.Splits | MemberSplits, part,
-                   cfg: Config) -> float | list[float]:
+def train_mode_acc(model: Members, splits: data.Splits | MemberSplits, part, cfg: Config) -> list[float]:
     """Accuracy with batch statistics over whole batches of the training batch size, on each member's
     `part(splits)` (`on_test`, `on_train`). Where every norm can split its statistics into groups
     (`norm_modes.split_statistics`), the passes go over large batches, each group of batch_size samples
@@ -83,7 +82,7 @@ def train_mode_acc(model: nn.Module, splits: data.Splits | MemberSplits, part,
     return evaluate(model, each_member(model, splits, whole_batches), batch_stats=True, stats_per=bs).acc
 
 
-def precise_batches(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Config, batch_fn,
+def precise_batches(model: Members, splits: data.Splits | MemberSplits, cfg: Config, batch_fn,
                     drop_last: bool = True):
     """PreciseBN's training batches, drawn from the run's training split as its own seed draws them; a
     pack's members each their own, from their own splits."""
@@ -93,16 +92,14 @@ def precise_batches(model: nn.Module, splits: data.Splits | MemberSplits, cfg: C
                           for s, seed in zip(splits.each, _seeds(model, cfg))])
 
 
-def _seeds(model: nn.Module, cfg: Config) -> list[int]:
-    """Each member's seed (a plain model's is the run's): PreciseBN draws a member's batches by it."""
-    if not isinstance(model, Members):
-        return [cfg.seed]
+def _seeds(model: Members, cfg: Config) -> list[int]:
+    """Each member's seed: PreciseBN draws a member's batches by it."""
     if model.seeds is None:
         raise ValueError("PreciseBN draws each member's batches by its seed: build the pack with seeds")
     return model.seeds
 
 
-def recompute(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Config, batch_fn, steps: int | None = None,
+def recompute(model: Members, splits: data.Splits | MemberSplits, cfg: Config, batch_fn, steps: int | None = None,
               splittable: bool = True) -> precise_bn.Recomputed:
     """PreciseBN on `model`, in place: population statistics over PRECISE_SAMPLES training images in the
     run's training batches (`precise_batches`, of `batch_fn`). Where every norm can split its statistics
@@ -112,10 +109,10 @@ def recompute(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Config,
     bs = cfg.batch_size
     split = splittable and can_split_statistics(model)
     size = _large(cfg) if split else bs
-    if isinstance(model, Members) and not model.packs(size):
+    if not model.packs(size):
         # Past the pack's limit each member alone is faster (as `evaluate` scores them): each on its own
         # seed's batches, then the members' new statistics back into the pack.
-        done = [recompute(m, s, replace(cfg, seed=seed), batch_fn, steps, splittable)
+        done = [recompute(Solo(m, seed), s, replace(cfg, seed=seed), batch_fn, steps, splittable)
                 for m, s, seed in zip(model.unpacked(), member_splits(model, splits).each, _seeds(model, cfg))]
         model.repack_buffers()
         return done[0]  # a member's layers and samples (every member sees as many)
@@ -124,21 +121,20 @@ def recompute(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Config,
     batches = precise_batches(model, splits, replace(cfg, batch_size=size), batch_fn,
                               drop_last=not split)  # split: whole groups are kept, not whole large batches
     with split_statistics(model, bs) if split else contextlib.nullcontext():
-        return precise_bn.recompute_statistics(model, batches, PRECISE_SAMPLES, groups_of=bs if split else None)
+        return precise_bn.recompute_statistics(model, batches, PRECISE_SAMPLES, groups_of=bs if split else None,
+                                               batch_dim=model.batch_dim)
 
 
 def batch_free(model: nn.Module) -> bool:
     """Does no module's output depend on the rest of its batch? Then every norm in training mode (dropout
     off) computes, sample by sample, what eval mode computes: batch statistics equal running ones by
     construction."""
-    nets = model.member_models if isinstance(model, Members) else (model,)
-    return not any(norms.is_batch_dependent(m) for net in nets for m in net.modules())
+    return not any(norms.is_batch_dependent(m) for net in members_of(model).member_models for m in net.modules())
 
 
-def prefix_acc(correct: torch.Tensor, n: int) -> float | list[float]:
-    """Accuracy over the first `n` samples of a pass's per-sample hits ((N,), or (S, N): one per member)."""
-    acc = correct[..., :n].double().mean(-1)
-    return acc.item() if acc.dim() == 0 else acc.tolist()
+def prefix_acc(correct: torch.Tensor, n: int) -> list[float]:
+    """Each member's accuracy over the first `n` samples of a pass's per-sample hits ((S, N))."""
+    return correct[:, :n].double().mean(-1).tolist()
 
 
 BY_CONSTRUCTION = "equal by construction: no norm depends on the batch, so batch statistics are the running ones"
@@ -154,8 +150,9 @@ def evaluations(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Confi
     the eval-mode passes over the same samples instead of passes of their own; `eval_derived` says which.
     With `statistics=False` or cfg.statistics_suite false, only the test and training-set accuracies run (a
     study whose questions ask for other passes: the variable-length designs; a cell no claim reads the
-    statistics of), the statistics' numbers null."""
-    clock = clock or PassClock()
+    statistics of), the statistics' numbers null. Every value is a list, one entry per member
+    (`plan.member_values` takes member k's)."""
+    clock, model = clock or PassClock(), members_of(model, cfg.seed)
     splits = member_splits(model, splits)
     n_test, bs, ebs = len(splits.first.test_x), cfg.batch_size, cfg.eval_batch_size
     out: dict[str, Any] = {}

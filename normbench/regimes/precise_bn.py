@@ -34,7 +34,6 @@ from torch import nn
 from normbench import norms
 from normbench.models.cells import StepNorm
 from normbench.norms.batch_stats import BatchStatistics
-from normbench.pack.members import Members
 
 DEFAULT_SAMPLES = 10_000  # Wu & Johnson: ~10k samples make the estimate's error negligible (their figure 3)
 
@@ -99,14 +98,15 @@ def extend_steps(model: nn.Module, steps: int) -> None:
 
 @torch.no_grad()
 def recompute_statistics(model: nn.Module, batches: Iterable[Any], num_samples: int = DEFAULT_SAMPLES, *,
-                         steps: int | None = None, groups_of: int | None = None) -> Recomputed:
+                         steps: int | None = None, groups_of: int | None = None, batch_dim: int = 0) -> Recomputed:
     """Replace every running statistic of `model` by population statistics over `batches` (at the training
     batch size: drop the last partial batch), stopping once `num_samples` samples were seen (whole batches:
     at least that many when there are enough). `steps`: extend per-step recurrent statistics to that many
     steps first. `groups_of=k`, for batches of several groups of k each normalized on its own
     (`norm_modes.split_statistics`, batches drawn without dropping the last): the pass stops after the first
     ceil(num_samples / k) whole groups, a batch cut to them, so it sees the samples that batches of k
-    would. Returns how many layers changed and how many samples they saw."""
+    would. `batch_dim`: the samples' axis of the batches (1 for a set of members' (S, N, ...), pack.Members).
+    Returns how many layers changed and how many samples they saw."""
     if groups_of is not None:
         num_samples = -(-num_samples // groups_of) * groups_of
     if steps is not None:
@@ -131,15 +131,14 @@ def recompute_statistics(model: nn.Module, batches: Iterable[Any], num_samples: 
             if seen >= num_samples:
                 break
             x, lengths = _inputs(batch)
-            dim = model.batch_dim if isinstance(model, Members) else 0  # a pack's batches: (S, N, ...)
             if groups_of is not None:  # whole groups only, and only those still needed
-                take = min(num_samples - seen, x.shape[dim] // groups_of * groups_of)
+                take = min(num_samples - seen, x.shape[batch_dim] // groups_of * groups_of)
                 if take == 0:
                     break
-                x = x.narrow(dim, 0, take)
+                x = x.narrow(batch_dim, 0, take)
                 lengths = None if lengths is None else lengths.narrow(lengths.dim() - 1, 0, take)
             model(x) if lengths is None else model(x, lengths)
-            seen += x.shape[dim]
+            seen += x.shape[batch_dim]
     finally:
         for m in modules:
             m.__dict__.pop("stats_sink", None)

@@ -40,7 +40,7 @@ from torch import nn
 
 from normbench import data
 from normbench.norms.dyt import Squashing
-from normbench.pack.members import Members, each_member
+from normbench.pack.members import each_member, members_of
 from normbench.train.evaluate import PassClock, evaluate
 
 THRESHOLD = math.tanh(2.0)  # |tanh(alpha x)| or |erf(alpha x + s)| above it: saturated (|alpha x| > 2 for DyT)
@@ -85,8 +85,10 @@ class Counter:
 def measure(model: nn.Module, splits: data.Splits | data.MemberSplits, cfg, clock: PassClock | None = None,
             threshold: float = THRESHOLD) -> dict[str, Any]:
     """{"saturation": ...} (above) for a model with DyT or Derf layers, after a test pass of its own (each
-    member of a pack on its own test tensors, `each_member`); {} for any other model (no pass)."""
-    nets = list(model.member_models) if isinstance(model, Members) else [model]
+    member of a pack on its own test tensors, `each_member`); {} for any other model (no pass). Its
+    numbers are lists, one entry per member."""
+    model = members_of(model)
+    nets = list(model.member_models)
     named = [layers(net) for net in nets]
     if not named[0]:
         return {}
@@ -100,9 +102,6 @@ def measure(model: nn.Module, splits: data.Splits | data.MemberSplits, cfg, cloc
             c.remove()
     found = [c.fractions() for c in counters]
     alphas = [{name: float(m.alpha.detach()) for name, m in n} for n in named]
-    if len(nets) == 1:
-        (every, by_layer), = found
-        return {"saturation": {"threshold": threshold, "all": every, "layers": by_layer, "alpha": alphas[0]}}
     names = [name for name, _ in named[0]]  # a pack's members are one architecture: the same names
     return {"saturation": {"threshold": threshold, "all": [every for every, _ in found],
                            "layers": {n: [by_layer[n] for _, by_layer in found] for n in names},

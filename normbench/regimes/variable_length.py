@@ -32,7 +32,7 @@ from normbench.errors import UserError
 from normbench.models import cells
 from normbench.norms.batch_stats import BatchStatistics
 from normbench.norms.registry import TAG
-from normbench.pack.members import Members, each_member, member_splits
+from normbench.pack.members import each_member, member_splits, members_of
 from normbench.regimes import default, precise_bn
 from normbench.train.evaluate import PassClock, evaluate
 from normbench.train.norm_modes import eval_mode
@@ -81,8 +81,9 @@ def train_batches(cfg: Config):
 def evaluations(model: nn.Module, splits: data.Splits | MemberSplits, cfg: Config,
                 clock: PassClock | None = None) -> dict[str, Any]:
     """The suite above, each member of a pack on its own splits (`MemberSplits`; one `Splits` is every
-    member's): its own normalization of the test set, its own background value."""
-    clock = clock or PassClock()
+    member's): its own normalization of the test set, its own background value. Every value is a list,
+    one entry per member."""
+    clock, model = clock or PassClock(), members_of(model, cfg.seed)
     v = cfg.varlen
     length_question, padding_question = v.design in (None, "length"), v.design in (None, "padding")
     # under a design, its own question's passes only; the statistics suite on full-length images is neither's
@@ -164,10 +165,10 @@ def _padding(model: nn.Module, splits: MemberSplits, cfg: Config, derived: dict[
             out[f"test_acc_{name}_train_mode"] = evaluate(model, mixed_batches(bs, pad, drop_last=True),
                                                           batch_stats=True).acc
     with clock("padding_shift"):
-        nets, seeds = (model.unpacked(), model.seeds) if isinstance(model, Members) else ((model,), [cfg.seed])
+        nets, seeds = model.unpacked(), model.seeds
         shifts = [padding_shift(m, s, cfg, mixed, pad_value(s, cfg), seed)
                   for m, s, seed in zip(nets, splits.each, seeds)]
-        out["padding_shift"] = shifts if isinstance(model, Members) else shifts[0]
+        out["padding_shift"] = shifts
     return out
 
 
@@ -241,7 +242,7 @@ def per_token(model: nn.Module, names: frozenset[str]) -> bool:
 def _norms(model: nn.Module):
     """(module, name, layout, is one of recurrent BN's per-step norms) for each norm the catalog built in the
     model (in each member of a pack)."""
-    for net in model.member_models if isinstance(model, Members) else (model,):
+    for net in members_of(model).member_models:
         steps = _step_copies(net)
         for m in net.modules():
             if hasattr(m, TAG):

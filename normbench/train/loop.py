@@ -1,8 +1,8 @@
-"""The training loop, one for plain runs and packs: `train` trains a model's members and returns one
-result per member.
+"""The training loop: `train` trains a model's members and returns one result per member. A plain run is
+one member (`pack.members.Solo`), a pack S; the loop never asks which.
 
-    result = fit(model, splits, cfg, tracker, device, checkpoint=run_dir / "checkpoint.pt")   # one member
-    results = train(packed, splits, member_cfgs, trackers, device)                          # a pack's S
+    result = fit(net, splits, cfg, tracker, device, checkpoint=run_dir / "checkpoint.pt")   # a plain model
+    results = train(model, splits, member_cfgs, trackers, device)                         # any Members, S
 
 No Hydra and no display here: progress goes to a `Tracker` every `cfg.log_every` steps, which is also
 the only point where the loop waits for the device (each step's loss and logits stay on the device).
@@ -19,13 +19,12 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from normbench import norms
 from normbench.config import Config
 from normbench.data import MemberSplits, Splits, batches
-from normbench.pack.members import Members, each_member, joined, member_splits
+from normbench.pack.members import Members, each_member, joined, member_splits, members_of
 from normbench.train import interrupts
 from normbench.train.budget import plan_steps, validates
 from normbench.train.checkpoint import load_checkpoint, save_checkpoint
@@ -58,15 +57,15 @@ class _Window:
 def fit(model: nn.Module, splits: Splits, cfg: Config, tracker, device: torch.device,
         checkpoint: Path | None = None, resume: bool = False, batch_fn=batches) -> FitResult:
     """`train` for one plain model: its one member's result."""
-    return train(model, splits, [cfg], [tracker], device, checkpoint, resume, batch_fn)[0]
+    return train(members_of(model, cfg.seed), splits, [cfg], [tracker], device, checkpoint, resume, batch_fn)[0]
 
 
-def train(model: nn.Module, splits: Splits | MemberSplits, cfgs: list[Config], trackers: list,
+def train(model: Members, splits: Splits | MemberSplits, cfgs: list[Config], trackers: list,
           device: torch.device, checkpoint: Path | None = None, resume: bool = False,
           batch_fn=batches) -> list[FitResult]:
     """Train `model`'s members on `splits.train_*`, evaluating on `splits.val_*` after every epoch (or after
-    the cfg.validations epochs `validates` spreads over the run); one result per member. A plain model is
-    one member; a pack (`Members`) is S, member k with `cfgs[k]` (its own seed and lr, the rest shared),
+    the cfg.validations epochs `validates` spreads over the run); one result per member of `model`
+    (`Members`: a plain model is `Solo`, one), member k with `cfgs[k]` (its own seed and lr, the rest shared),
     `trackers[k]` and its own splits (`MemberSplits`; one `Splits` is every member's).
 
     Each member draws its batches from its own splits with its own generator (seeded by its seed, as its
@@ -101,8 +100,7 @@ def train(model: nn.Module, splits: Splits | MemberSplits, cfgs: list[Config], t
                 run.save([g.get_state() for g in run.shuffles])
                 if interrupts.pending() is not None:  # asked during validation: the epoch's checkpoint holds it
                     raise interrupts.pending().at(run.state.steps)
-    if run.packed:
-        model.unpacked()  # every member model holds its trained state
+    model.unpacked()  # every member model holds its trained state
     return run.outs
 
 
@@ -110,12 +108,11 @@ class _Training:
     """One training's moving parts, built once: the optimizer and schedules, each member's batch generator,
     the loop's state and each member's result. `train` drives it epoch by epoch."""
 
-    def __init__(self, model: nn.Module, splits: Splits | MemberSplits, cfgs: list[Config], trackers: list,
+    def __init__(self, model: Members, splits: Splits | MemberSplits, cfgs: list[Config], trackers: list,
                  device: torch.device, checkpoint: Path | None, batch_fn):
         self.leg_started = time.perf_counter()  # this process's part of the training's wall time
         self.model, self.splits, self.cfgs, self.trackers = model, member_splits(model, splits), cfgs, trackers
         self.cfg, self.size, self.checkpoint, self.batch_fn = cfgs[0], len(cfgs), checkpoint, batch_fn
-        self.packed = isinstance(model, Members)
         self.epochs, self.total_steps = plan_steps(self.cfg, len(self.splits.first.train_x))
         per_epoch = len(self.splits.first.train_x) // self.cfg.batch_size
         self.trained_epochs = math.ceil(self.total_steps / per_epoch)  # the last one may stop mid-epoch (max_steps)
@@ -125,15 +122,6 @@ class _Training:
         self.shuffles = [torch.Generator(device=device).manual_seed(c.seed) for c in cfgs]
         self.state, self.outs = LoopState(), [FitResult() for _ in cfgs]
         self.forward, self.autocast = accelerate(model, self.cfg, device)
-
-    def losses(self, logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(what to differentiate, each member's mean loss): the sum of the members' mean losses, so each
-        member's gradient is its own."""
-        if not self.packed:
-            loss = F.cross_entropy(logits, y)
-            return loss, loss
-        losses = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(self.size, -1).mean(1)
-        return losses.sum(), losses
 
     def epoch_batches(self):
         """Each member's batches from its own training split, drawn by its own generator."""
@@ -174,7 +162,7 @@ class _Training:
         set_lrs(self.opt, lrs)
         with self.autocast:
             logits = self.forward(x, lengths)
-            total, losses = self.losses(logits, y)
+            total, losses = self.model.losses(logits, y)
         self.opt.zero_grad(set_to_none=True)
         total.backward()
         if self.state.steps == 0:  # how hard the first step pulls on the input layer (one host sync)
@@ -194,9 +182,9 @@ class _Training:
     def validate(self) -> None:
         """The validation pass after an epoch: each live member's history, and a non-finite loss diverges it."""
         started = time.perf_counter()
-        scores = evaluate(self.model if self.packed else self.forward, each_member(
+        scores = evaluate(self.model, each_member(
             self.model, self.splits, lambda s: batches(s.val_x, s.val_y, self.cfg.eval_batch_size)))
-        val_losses, val_accs = (scores.loss, scores.acc) if self.packed else ([scores.loss], [scores.acc])
+        val_losses, val_accs = scores.loss, scores.acc
         for k in _live(self.outs):
             self.outs[k].val_seconds += time.perf_counter() - started
         for k in _live(self.outs):
@@ -229,15 +217,11 @@ def _stop(window: "_Window", clock: "_Clock", outs: list[FitResult], trackers: l
     raise stop.at(state.steps)
 
 
-def first_grad_ratios(model: nn.Module) -> list[float]:
+def first_grad_ratios(model: Members) -> list[float]:
     """Per member, the norm of the loss's gradient over the norm of the first weight matrix (the first
     parameter with 2+ dimensions: the MLP's first linear layer, the CNN's first conv, the RNN's input
     weights)."""
-    if isinstance(model, Members):
-        pairs = model.first_weights()
-    else:  # a layer's: the model's own free parameters (the Transformer's position table) are not a layer
-        w = next(p for name, p in model.named_parameters() if "." in name and p.dim() >= 2)
-        pairs = [(w, w.grad)]
+    pairs = model.first_weights()
     return [math.nan if g is None else float(g.detach().double().norm() / w.detach().double().norm()) for w, g in pairs]
 
 

@@ -17,7 +17,7 @@ from torch import nn
 
 from normbench import norms
 from normbench.norms.batch_stats import BatchStatistics
-from normbench.pack.members import Members
+from normbench.pack.members import members_of
 
 
 @contextlib.contextmanager
@@ -40,9 +40,9 @@ def batch_statistics(model: nn.Module) -> Iterator[None]:
 
 def _statistics_modules(model: nn.Module) -> tuple[list[nn.Module], bool]:
     """(the modules whose batch statistics can be split into groups, whether every batch-dependent one can)."""
-    modules = list(model.modules())
-    for member in model.member_models if isinstance(model, Members) else ():  # evaluated one by one
-        modules += list(member.modules())
+    # a pack's member models are not its submodules, and past its limit they are evaluated one by one
+    nets = members_of(model).member_models
+    modules = list(dict.fromkeys([*model.modules(), *(m for net in nets for m in net.modules())]))
 
     def splits(m: nn.Module) -> bool:
         return isinstance(m, BatchStatistics) and m.splits_statistics

@@ -6,8 +6,9 @@
 
 The CLI calls this with the config Hydra composed; tests and library users call it directly. A plain run
 is one member, a pack (`pack.seeds`, `pack.lrs`; normbench.pack) S members: both go through one
-lifecycle (`_train_members`) and one training loop (`loop.train`). What a study adds (its batches,
-its extra evaluations) comes from `normbench.regimes`.
+lifecycle (`_train_members`) and one training loop (`loop.train`), which never ask which they hold.
+What a regime adds (its batches, its extra evaluations) comes from `normbench.regimes`, chosen once per
+run and handed down.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from typing import Any
 import torch
 
 from normbench import data, models, norms, regimes
-from normbench.config import Config, NormConfig, PackMode, to_dict
+from normbench.config import Config, NormConfig, to_dict
 from normbench.errors import UserError
 from normbench.models import cells
 from normbench.pack import plan
-from normbench.pack.model import PackedModel
+from normbench.pack.model import model_of
 from normbench.results import PACK, atomic_write_text, git_sha, versions, write_results
 from normbench.train import guards, interrupts, loop, probe
 from normbench.train.device import pick_device
@@ -48,8 +49,9 @@ def norm_options(cfg: NormConfig) -> dict[str, Any]:
     return opts
 
 
-def validate(cfg: Config) -> None:
-    """Reject what cannot work, before any data is read."""
+def validate(cfg: Config, regime=None) -> None:
+    """Reject what cannot work, before any data is read: the run's keys, its regime's (`regimes.for_config`
+    unless given) and its model's options."""
     checks = [
         (cfg.batch_size >= 1, f"batch_size must be >= 1 (got {cfg.batch_size})", "set batch_size=2 or more"),
         (cfg.lr > 0, f"lr must be > 0 (got {cfg.lr})", "set e.g. lr=1e-3"),
@@ -68,7 +70,7 @@ def validate(cfg: Config) -> None:
     for ok, what, fix in checks:
         if not ok:
             raise UserError(what, fix)
-    regimes.for_config(cfg).validate(cfg)
+    (regime or regimes.for_config(cfg)).validate(cfg)
 
 
 def make_trackers(cfg: Config, run_dir: Path, config_dict: dict,
@@ -98,26 +100,30 @@ def start_results(cfg: Config, run_dir: Path, packed: dict | None = None) -> dic
     return results
 
 
-def setup(cfg: Config) -> tuple[torch.device, norms.NormFactory]:
-    """What every run does before reading data: check the config, set threads and the CPU's handling of
-    subnormal floats (process-wide: a later run in the process sets its own), pick the device."""
-    validate(cfg)
+def setup(cfg: Config, regime=None) -> tuple[torch.device, norms.NormFactory]:
+    """What every run does before reading data: check the config (`validate`; the model's options against
+    its norm), set threads and the CPU's handling of subnormal floats (process-wide: a later run in the
+    process sets its own), pick the device."""
+    validate(cfg, regime)
+    make = norms.factory(cfg.norm.name, **norm_options(cfg.norm))
+    models.validate(cfg.model, make)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.set_flush_denormal(cfg.flush_denormal)  # a no-op returning False where the CPU cannot flush
-    return pick_device(cfg.device), norms.factory(cfg.norm.name, **norm_options(cfg.norm))
+    return pick_device(cfg.device), make
 
 
 def build_model(cfg: Config, make: norms.NormFactory, splits: data.Splits, device: torch.device,
                 results: dict[str, Any]) -> torch.nn.Module:
-    """The model, initialized by `cfg.seed`, checked against the batch size; records what it sees."""
+    """The model, initialized by `cfg.seed`, checked against the batch size; records what it sees. `cfg` is
+    the member's as it trains: `cfg.lr` its effective lr (`scaled_lr`), which results.json records beside
+    the base lr of its config."""
     torch.manual_seed(cfg.seed)
     model = models.create(cfg.model, make, splits.shape, splits.num_classes).to(device)
     values, layouts = models.norm_values_per_channel(model, splits.train_x[:cfg.batch_size])
     guards.check_batch_statistics(cfg, values, layouts)
     results.update(device=str(device), torch_threads=torch.get_num_threads(), norm_values_per_channel=values,
-                   batch_dependent=not regimes.default.batch_free(model),
-                   lr_effective=scaled_lr(cfg))
+                   batch_dependent=not regimes.default.batch_free(model), lr_effective=cfg.lr)
     return model
 
 
@@ -153,13 +159,6 @@ def finish(results: dict[str, Any], tested: dict[str, Any], passes: dict[str, fl
     results["status"] = "completed"
 
 
-def evaluations(model: torch.nn.Module, splits: data.Splits | data.MemberSplits, cfg: Config,
-                 clock: PassClock | None = None) -> dict[str, Any]:
-    """A trained model's test loss and accuracies: its study's suite, each pass timed on `clock`. For a
-    pack, every value is a list with one entry per member (the seconds are the pack's, shared)."""
-    return regimes.for_config(cfg).evaluations(model, splits, cfg, clock=clock or PassClock())
-
-
 def close_results(results: dict[str, Any], run_dir: Path, started: float, tracker) -> None:
     results["wall_s"] = time.perf_counter() - started
     write_results(run_dir, results)
@@ -174,49 +173,29 @@ def run(cfg: Config, run_dir: Path, tracker=None, hparam_domains: dict[str, list
     sweep's summary can list the failure) and return it. `hparam_domains`: extra discrete HParams
     domains, e.g. {"batch_size": [2, 8, 32]} from the sweep this run belongs to. With `pack.seeds` or
     `pack.lrs`, each member is written in its own subdirectory and this returns the pack's summary."""
-    run_dir = Path(run_dir)
+    run_dir, regime = Path(run_dir), regimes.for_config(cfg)
+    guards.check_writable(run_dir)  # a pack's members and checkpoints are written below it
     if not plan.is_pack(cfg):
-        return _train_members(cfg, [(run_dir, cfg, None)], run_dir, hparam_domains, tracker=tracker)[0]
+        return _train_members(cfg, regime, [(run_dir, cfg, None)], run_dir, hparam_domains, tracker=tracker)[0]
     plan.validate_pack(cfg)
-    the_plan = plan.decide(cfg, run_dir, _device_type(cfg), recorded=_recorded_mode(cfg, run_dir))
+    the_plan = plan.decide(cfg, run_dir)
     names = [n for n, _ in the_plan.members]
     # The members differ in seed (and lr): TensorBoard's HParams shows those axes as a sweep's would
     hparam_domains = {**(hparam_domains or {}),
                       **{k: sorted({getattr(m, k) for _, m in the_plan.members}) for k in ("seed", "lr")}}
     where = {"dir": str(run_dir), "members": len(names), "mode": str(the_plan.mode),
              "computations": len(the_plan.groups)}
-    guards.check_writable(run_dir)
     # The pack's own record: its members and its config (summarize lists the members, not this directory)
-    atomic_write_text(run_dir / PACK, json.dumps({**where, "names": names, "config": to_dict(cfg)}, indent=2) + "\n")
+    record = {**where, "names": names, "config": to_dict(cfg)}
+    atomic_write_text(run_dir / PACK, json.dumps(record, indent=2) + "\n")
     members = [(run_dir / name, m, {**where, "index": k, "name": name}) for k, (name, m) in enumerate(the_plan.members)]
     results: list[dict[str, Any]] = [{}] * len(members)
     for group in the_plan.groups:  # one computation each, one after another
-        trained = _train_members(group.cfg, [members[k] for k in group.members], group.checkpoint_dir,
+        trained = _train_members(group.cfg, regime, [members[k] for k in group.members], group.checkpoint_dir,
                                  hparam_domains, packs=group.packs)
         for k, res in zip(group.members, trained):
             results[k] = res
     return _summary(names, results)
-
-
-def _device_type(cfg: Config) -> str:
-    """The kind of device the pack will train on. A device that is missing is not an error here: setup
-    says so inside the lifecycle, where every member records it."""
-    try:
-        return pick_device(cfg.device).type
-    except UserError:
-        return "cpu"
-
-
-def _recorded_mode(cfg: Config, run_dir: Path) -> PackMode | None:
-    """On resume, the mode pack.json records (its checkpoints are where that mode put them, whatever device
-    it resumes on); None when starting afresh, or when it cannot be read."""
-    recorded = run_dir / PACK
-    if not (cfg.resume and recorded.exists()):
-        return None
-    try:
-        return PackMode(json.loads(recorded.read_text())["mode"])
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 def _summary(names: list[str], results: list[dict]) -> dict[str, Any]:
@@ -227,32 +206,32 @@ def _summary(names: list[str], results: list[dict]) -> dict[str, Any]:
         for n, r in zip(names, results)]}
 
 
-def _model_and_trackers(cfg: Config, nets: list, cfgs: tuple, dirs: tuple, device: torch.device,
-                        hparam_domains: dict[str, list] | None, tracker, packs: plan.PackRule | None):
-    """What trains: the one model (its norms probed with norm.track_stats), or the members' pack; and each
-    member's trackers (a pack shows its first member's progress)."""
-    if len(nets) == 1:
-        trackers = [tracker or make_trackers(cfg, dirs[0], to_dict(cfgs[0]), hparam_domains)]
-        if cfg.norm.track_stats:  # forward hooks on the norm layers; when off, none exist
-            probe.attach(nets[0], trackers[0], cfg.norm.track_every)
-        return nets[0], trackers
-    model = PackedModel(nets, seeds=[c.seed for c in cfgs], packs=packs).to(device)
-    title = f"{cfg.model.name}/{cfg.norm.name} bs={cfg.batch_size} · {len(nets)} packed, showing {dirs[0].name}"
-    return model, [make_trackers(replace(c, progress=c.progress and k == 0), d, to_dict(c), hparam_domains,
-                                 title=title) for k, (c, d) in enumerate(zip(cfgs, dirs))]
+def _member_trackers(cfgs: tuple, dirs: tuple, wheres: tuple, hparam_domains: dict[str, list] | None,
+                     tracker) -> list:
+    """Each member's trackers (the caller's `tracker` for a plain run, when given): a pack's TensorBoard
+    events per member, its progress shown for the first member of each computation, titled by the pack."""
+    if tracker is not None:
+        return [tracker]
+    return [make_trackers(replace(c, progress=c.progress and k == 0), d, to_dict(c), hparam_domains,
+                          title=_title(c, w)) for k, (c, d, w) in enumerate(zip(cfgs, dirs, wheres))]
 
 
-def _train_members(cfg: Config, members: list[tuple], checkpoint_dir: Path,
+def _title(cfg: Config, where: dict | None) -> str:
+    """The progress bar's title: the run, and which member of which pack it shows."""
+    title = f"{cfg.model.name}/{cfg.norm.name} bs={cfg.batch_size}"
+    return title if where is None else f"{title} · {where['members']} {where['mode']}, showing {where['name']}"
+
+
+def _train_members(cfg: Config, regime, members: list[tuple], checkpoint_dir: Path,
                    hparam_domains: dict[str, list] | None, tracker=None,
                    packs: plan.PackRule | None = None) -> list[dict[str, Any]]:
-    """The one lifecycle: members [(run_dir, member config, where it was packed or None)] trained as one model
-    (a plain model for one, a `PackedModel` for several), each written as its own run. Every member not
-    finished when anything stops it (a crash, a user error, Ctrl-C, its test suite cut short) is written
-    as failed with why; what was already written stays."""
+    """The one lifecycle: members [(run_dir, member config, where it was packed or None)] trained as one
+    model (`pack.model.model_of`: a plain model is a set of one), each written as its own run, with what
+    `regime` (its module in normbench.regimes) adds. Every member not finished when anything stops it (a
+    crash, a user error, Ctrl-C, its test suite cut short) is written as failed with why; what was already
+    written stays."""
     started = time.perf_counter()
-    dirs, cfgs, _ = zip(*members)
-    for d in dirs:
-        guards.check_writable(d)
+    dirs, cfgs, wheres = zip(*members)
     if cfg.resume:
         finished = [guards.finished_results(d, to_dict(c)) for d, c in zip(dirs, cfgs)]
         if all(f is not None for f in finished):
@@ -261,23 +240,26 @@ def _train_members(cfg: Config, members: list[tuple], checkpoint_dir: Path,
     results = [start_results(c, d, w) for d, c, w in members]
     trackers: list = [tracker] if tracker is not None else [None] * len(members)  # closed however it ends
     try:
-        device, make = setup(cfgs[0])
+        device, make = setup(cfg, regime)
         # each member's own splits: one object for members that share a split seed (data.load's cache)
         splits = data.MemberSplits.of(data.load_each(cfgs, device))
-        nets = [build_model(c, make, s, device, r) for c, s, r in zip(cfgs, splits.each, results)]
-        model, trackers = _model_and_trackers(cfg, nets, cfgs, dirs, device, hparam_domains, tracker, packs)
-        fitted = loop.train(model, splits, [replace(c, lr=r["lr_effective"]) for c, r in zip(cfgs, results)],
-                            trackers, device, checkpoint=checkpoint_dir / CHECKPOINT, resume=cfg.resume,
-                            batch_fn=regimes.for_config(cfg).train_batches(cfg))  # results record the base lr
+        trained = [replace(c, lr=scaled_lr(c)) for c in cfgs]  # as each member trains: its effective lr
+        nets = [build_model(t, make, s, device, r) for t, s, r in zip(trained, splits.each, results)]
+        model = model_of(nets, seeds=[c.seed for c in cfgs], packs=packs).to(device)
+        trackers = _member_trackers(cfgs, dirs, wheres, hparam_domains, tracker)
+        if cfg.norm.track_stats:  # forward hooks on a plain run's norm layers (a pack refuses the key)
+            probe.attach(nets[0], trackers[0], cfg.norm.track_every)
+        fitted = loop.train(model, splits, trained, trackers, device, checkpoint=checkpoint_dir / CHECKPOINT,
+                            resume=cfg.resume, batch_fn=regime.train_batches(cfg))
         started -= max(f.earlier_wall_s for f in fitted)  # a resumed run's wall_s: its earlier processes too
         for res, fit, net in zip(results, fitted, nets):
             record_fit(res, fit, net)
         if any(f.status == "completed" for f in fitted):  # every member's test suite at once
             clock = PassClock()
-            tested = evaluations(model, splits, cfg, clock)
+            tested = regime.evaluations(model, splits, cfg, clock=clock)
             for k, (res, fit) in enumerate(zip(results, fitted)):
                 if fit.status == "completed":
-                    finish(res, plan.member_values(tested, k) if len(nets) > 1 else tested, clock.seconds)
+                    finish(res, plan.member_values(tested, k), clock.seconds)
     except BaseException as e:  # a crash, a user error, Ctrl-C or a signal: every unfinished member records why
         for res in results:
             if "error" in res:
