@@ -555,8 +555,11 @@ def test_packing_limits_ship_with_the_package():
 
     shipped = resources.files("normbench.pack") / "limits.json"
     assert shipped.is_file() and Path(str(plan.LIMITS_FILE)) == Path(str(shipped))
-    package = Path(plan.__file__).resolve().parents[1]
-    text = (package.parent / "pyproject.toml").read_text()
+    # The patterns are the checkout's, matched in its source tree: the installed package (site-packages
+    # under a regular install) has no pyproject.toml beside it
+    checkout = Path(__file__).resolve().parents[1]
+    package = checkout / "normbench"
+    text = (checkout / "pyproject.toml").read_text()
     section = text.split("[tool.setuptools.package-data]\n", 1)[1].split("\n[", 1)[0]
     line = next(ln for ln in section.splitlines() if ln.startswith("normbench ="))
     patterns = ast.literal_eval(line.split("=", 1)[1].strip())
