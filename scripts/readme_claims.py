@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 from normbench.results import cpu_model
 from normbench.study.estimate import hms  # the study's own durations, as its console says them
-from normbench.summary import claims
+from normbench.summary import claims, discover
 from normbench.summary.show import claims_table
 from normbench.summary.stats import PAIRS_LIMIT, POWER
 
@@ -41,6 +41,7 @@ RESULTS = REPO / "docs" / "results"
 README = REPO / "README.md"
 RESULTS_README = RESULTS / "README.md"
 FIGURE = "claims.png"  # in docs/results/: the primary claims' forest plot, the README's figure
+RUNS = "runs.jsonl.gz"  # in docs/results/<study>/: the study's runs, one file (normbench/summary/discover.py)
 BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
 TABLES_BEGIN, TABLES_END = "<!-- tables:begin -->", "<!-- tables:end -->"
 RUN_BEGIN, RUN_END = "<!-- run:begin -->", "<!-- run:end -->"
@@ -304,9 +305,10 @@ def current(text: str, begin: str = BEGIN, end: str = END, name: str = "README.m
 def record(out: Path) -> None:
     """Check the `normbench study` run in `out` (scripts/reproduce.sh) into docs/results/: its joint
     summary.json, claims.csv and summary.md, run.json (the command, git shas, date, the machines it trained
-    on and each sitting's, seconds per round, why it stopped: from out/study.json), and each study's summary.md, figures and runs (every
-    member's results.json, under <study>/runs/; main() then rewrites the generated sections and claims.png
-    from them)."""
+    on and each sitting's, seconds per round, why it stopped: from out/study.json), and each study's
+    summary.md, figures and runs (every member's results.json and command line, as one runs file,
+    <study>/runs.jsonl.gz, which `normbench summarize` reads as it reads the study's folder); main() then
+    rewrites the generated sections and claims.png from them."""
     import os
 
     src = out / "summary"
@@ -344,11 +346,15 @@ def record(out: Path) -> None:
         for f in [study / "summary" / "summary.md", *sorted((study / "summary").glob("*.png"))]:
             if not f.name.startswith("paired_"):
                 shutil.copy(f, dest / f.name)
-        for f in sorted(study.glob("r*/*/*/results.json")):  # every run: r<round>/<job>/<member>/results.json
-            copy = dest / "runs" / f.relative_to(study)
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(f, copy)
+        kept = [r for r in discover.find_runs(study) if _member(r.path.relative_to(study))
+                and (r.results or r.status == "unreadable")]  # every run with a results.json
+        discover.save_runs(kept, study, dest / RUNS)
     (RESULTS / "run.json").write_text(json.dumps(run, indent=2) + "\n")
+
+
+def _member(path: Path) -> bool:
+    """Is `path` (in a study's folder) a round's job's member, r<round>/<job>/<member>?"""
+    return len(path.parts) == 3 and path.match("r*/*/*")
 
 
 def per_study(state: dict) -> dict:

@@ -116,24 +116,40 @@ CLAIMS = [
 ]
 
 
-def test_summarize_claims_end_to_end(tmp_path):
-    """Reference: the hand-made sweep (gn − bn = +10 points, the same sign in every seed; ln ≈ gn), its four
-    claims primary: `held` for the true direction, `refuted` for the reverse, `inconclusive` for a difference
-    within the noise, `held` for equivalence within 5 points, all at look 2 (5 pairs; none decides at look 1's
-    3 pairs); p_holm is Holm by hand over the whole family: the m shipped primary claims (untested: p = 1;
-    docs/protocol.md counts them) and these four, each one's hypothesis and its opposite (2 (m + 4) p-values;
-    scipy's one-sided t-tests on the 5 pairs); the claims print before the tables; summary.json and claims.csv hold every field."""
-    from normbench.summary import protocol
+def _holm(ps: list[float]) -> list[float]:
+    """Holm's adjusted p's written the long way: sorted ascending, the i-th (0-based) of k times k - i, each
+    at least the one before it, at most 1; returned in the input's order."""
+    k = len(ps)
+    order = sorted(range(k), key=lambda i: ps[i])
+    out, running = [0.0] * k, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (k - rank) * ps[i]))
+        out[i] = running
+    return out
 
+
+def test_summarize_claims_end_to_end(tmp_path):
+    """Reference: the hand-made sweep (gn − bn = +10 points, the same sign in every seed; ln ≈ gn) and a
+    --claims file of its four claims without a role: a family of their own (docs/protocol.md), so `held`
+    for the true direction, `refuted` for the reverse, `inconclusive` for a difference within the noise,
+    `held` for equivalence within 5 points, at the file's one look over the 5 seeds there (α 0.05: no
+    protocol declared). p_holm is Holm by hand over the file's 8 hypotheses alone (each claim's hypothesis
+    and its opposite; scipy's one-sided t-tests on the 5 pairs): the shipped family's 42 are not in it.
+    The claims print before the tables, with the family line; summary.json and claims.csv hold every field."""
     claim_sweep(tmp_path / "sweep")
-    (tmp_path / "claims.yaml").write_text(yaml.safe_dump(CLAIMS))
+    plain = [{k: v for k, v in c.items() if k != "role"} for c in CLAIMS]  # a user's file: no roles
+    (tmp_path / "claims.yaml").write_text(yaml.safe_dump(plain))
     r = normbench_cli("summarize", str(tmp_path / "sweep"), "--no-plots", "--claims", str(tmp_path / "claims.yaml"),
                       cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.index("claims") < r.stdout.index("tables") < r.stdout.index("1. fashion_mnist")
-    got = json.loads((tmp_path / "sweep" / "summary.json").read_text())["claims"]
+    assert "family: your claims, claims.yaml: one look at every seed, α 0.05, Holm over 8 hypotheses" in r.stdout
+    summary = json.loads((tmp_path / "sweep" / "summary.json").read_text())
+    got = summary["claims"]
     assert [c["verdict"] for c in got] == ["held", "refuted", "inconclusive", "held"]
-    assert [c["look"] for c in got] == [2, 2, 2, 2] and {c["role"] for c in got} == {"primary"}
+    assert [c["look"] for c in got] == [1, 1, 1, 1] and [c["looks"] for c in got] == [1, 1, 1, 1]
+    assert {c["role"] for c in got} == {"primary"} and [c["look_seeds"] for c in got] == [[0, 1, 2, 3, 4]] * 4
+    assert summary["protocol"]["name"] == "your claims" and summary["protocol"]["hypotheses"] == 8
     fields = {"name", "a", "b", "n", "estimate", "ci_low", "ci_high", "p", "p_holm", "p_exact", "verdict", "role",
               "rests_on", "budget_limited", "look", "level", "p_exact_holm", "p_exact_refute_holm"}
     assert fields <= set(got[0])
@@ -143,26 +159,21 @@ def test_summarize_claims_end_to_end(tmp_path):
     one = lambda x, m, alt: scipy_stats.ttest_1samp(x, m, alternative=alt).pvalue  # noqa: E731
     minus = [-v for v in d]
     # the family: each claim's hypothesis, then its opposite (scipy's one-sided tests; TOST's is the larger
-    # of two, its opposite twice the smaller of the two outside tests), then the m shipped claims' two at p = 1
+    # of two, its opposite twice the smaller of the two outside tests); nothing else
     family = [one(d, 0, "greater"), one(minus, 0, "greater"), one(d_ln, 0, "greater"),
               max(one(d_ln, -0.05, "greater"), one(d_ln, 0.05, "less")),
               one(d, 0, "less"), one(minus, 0, "less"), one(d_ln, 0, "less"),
               min(1.0, 2 * min(one(d_ln, 0.05, "greater"), one(d_ln, -0.05, "less")))]
-    shipped = len(protocol.load().family)
-    assert shipped >= 18  # docs/protocol.md's table lists them
-    family += [1.0] * (2 * shipped)
-    k = len(family)
-    order = sorted(range(k), key=lambda i: family[i])  # Holm by hand: sorted p's x k, k - 1, ..., monotone, <= 1
-    expected, running = [None] * k, 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (k - rank) * family[i]))
-        expected[i] = running
+    expected = _holm(family)
+    # the arithmetic: d's t-test p (6.5e-07) and its mirror's opposite are the two smallest: x 8 and x 7
+    assert expected[0] == pytest.approx(8 * family[0], rel=1e-9) and expected[0] < 1e-5
     assert [c["p_holm"] for c in got] == pytest.approx(expected[:4], rel=1e-9)
     assert [c["p_refute_holm"] for c in got] == pytest.approx(expected[4:8], rel=1e-9)
-    assert got[0]["level"] == pytest.approx(protocol.load().levels[1])
+    assert got[0]["level"] == 0.05
     assert got[0]["n"] == 5 and got[0]["estimate"] == pytest.approx(statistics.fmean(d), rel=1e-12)
     assert got[0]["p"] == pytest.approx(scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue, rel=1e-9)
-    assert got[0]["p_exact"] == 1 / 32 and got[0]["p_exact_holm"] == 1.0  # (2 m + 8) x 1/32
+    # the exact test: 1/32 for every one-sided hypothesis all five signs agree with, Holm over the 8
+    assert got[0]["p_exact"] == 1 / 32 and got[0]["p_exact_holm"] > 0.05
     assert got[0]["rests_on"] == "t-test" and "rests on the t-test's normality" in got[0]["note"]
     assert got[2]["rests_on"] == "" and "held · t-test" in r.stdout
     rows = list(csv.DictReader((tmp_path / "sweep" / "claims.csv").open()))
@@ -419,29 +430,29 @@ def test_a_diverging_lr_counts_at_chance_in_the_choice_and_the_claim(tmp_path):
 
 def test_verdict_says_what_it_rests_on_and_its_budget(tmp_path):
     """Reference: the protocol's looks worked by hand on ten pairs d = a − b (points) = 1.3, 0.7, 1.2, 0.8,
-    1.0, 1.25, 0.75, 1.1, 0.9, 1.0: at 3 and 5 pairs the one-sided t-test (scipy) stays above its look's
+    1.0, 1.25, 0.75, 1.1, 0.9, 1.0, the claim declared by the runs (as an experiment records it) and primary,
+    so tested in the shipped family: at 3 and 5 pairs the one-sided t-test (scipy) stays above its look's
     level after Holm (x 2 (m + 1): the m shipped claims and this one), at 10 pairs it is far below, and so is the
     exact test (every sign positive: 1/1024 x 2 (m + 1) < 0.0444 while m <= 21): held at look 3, resting on the exact
     test. The gn runs' validation accuracy still rises over their last epochs (tables.plateaued), so the
-    verdict is budget-limited; the summary's Markdown shows the role and both."""
+    verdict is budget-limited; the summary's Markdown shows the role and both, and the family line."""
     from normbench.summary import protocol
     from normbench.summary.show import report
 
     d = [1.3, 0.7, 1.2, 0.8, 1.0, 1.25, 0.75, 1.1, 0.9, 1.0]
     rising = [{"epoch": e, "acc/val": 0.5 + 0.05 * e} for e in range(6)]
     flat = [{"epoch": e, "acc/val": 0.7} for e in range(6)]
+    declared = {"claims": [{"name": "gn beats bn", "a": {"norm.name": "gn"}, "b": {"norm.name": "bn"},
+                            "expect": "greater", "role": "primary"}]}
     for seed, x in enumerate(d):
-        write_run(tmp_path, f"gn_{seed}", norm="gn", seed=seed, test_acc=0.7 + x / 100, history=rising)
-        write_run(tmp_path, f"bn_{seed}", norm="bn", seed=seed, test_acc=0.7, history=flat)
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump([{"name": "gn beats bn", "a": {"norm.name": "gn"},
-                                                      "b": {"norm.name": "bn"}, "expect": "greater",
-                                                      "role": "primary"}]))
+        write_run(tmp_path, f"gn_{seed}", norm="gn", seed=seed, test_acc=0.7 + x / 100, history=rising, config=declared)
+        write_run(tmp_path, f"bn_{seed}", norm="bn", seed=seed, test_acc=0.7, history=flat, config=declared)
     levels = protocol.load().levels
     k = 2 * (len(protocol.load().family) + 1)
     for n, level in zip((3, 5), levels):
         assert k * scipy_stats.ttest_1samp(d[:n], 0, alternative="greater").pvalue > level
     assert k * scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue < levels[2] and k / 1024 < levels[2]
-    s = compute(tmp_path, claims_file=tmp_path / "c.yaml")
+    s = compute(tmp_path)
     (r,) = s.claims
     assert (r.verdict, r.look, r.look_n, r.rests_on, r.budget_limited) == ("held", 3, 10, "exact", True)
     assert r.p_exact == 1 / 1024 and r.p_exact_holm == pytest.approx(k / 1024)
@@ -449,6 +460,8 @@ def test_verdict_says_what_it_rests_on_and_its_budget(tmp_path):
     md = report.to_markdown(s)
     assert "| gn beats bn | primary |" in md and "| 3/3 (0.044) | held · exact, budget-limited |" in md
     assert s.protocol["hypotheses"] == k and s.protocol["spending"] == "obrien_fleming"
+    assert f"family: shipped, protocol.yaml: looks at 3/5/10 pairs, α 0.00035/0.0052/0.044 (O'Brien-Fleming), " \
+           f"Holm over {k} hypotheses" in md
 
 
 def test_a_seed_chooses_only_among_the_lrs_it_ran(tmp_path):
@@ -503,8 +516,8 @@ def test_readme_verdict_says_how_many_pairs_would_decide_an_undecided_claim():
 def test_readme_claims_record_checks_the_run_in(tmp_path, monkeypatch):
     """Reference: the layout `normbench study` writes (out/study.json, out/summary/, out/<study>/summary/,
     out/<study>/r<round>/<job>/<member>/results.json): --record copies the joint summary, each study's
-    summary.md and figures but not its paired plots, every member's results.json under <study>/runs/, and
-    writes run.json from study.json (its command, seconds per round) and the runs (their git sha); a study
+    summary.md and figures but not its paired plots, every member's results.json and its job's command line
+    as one runs file, <study>/runs.jsonl.gz (read back as the members were), and writes run.json from study.json (its command, seconds per round) and the runs (their git sha); a study
     that has not finished is refused."""
     sys.path.insert(0, str(REPO / "scripts"))
     import readme_claims
@@ -522,8 +535,11 @@ def test_readme_claims_record_checks_the_run_in(tmp_path, monkeypatch):
     members = [study / "r1" / "bn-0" / "lr=0.1,seed=0", study / "r2" / "bn-0" / "lr=0.1,seed=3"]
     for m in members:
         m.mkdir(parents=True)
-        (m / "results.json").write_text(json.dumps({"git_sha": "83e39ea0123", "test_acc": 0.8}))
+        (m / "results.json").write_text(json.dumps({"status": "completed", "config": {"seed": 0},
+                                                    "git_sha": "83e39ea0123", "test_acc": 0.8}))
         (m / "checkpoint.pt").write_bytes(b"not copied")
+        (m.parent / ".hydra").mkdir(exist_ok=True)  # the job's command line, as Hydra records it
+        (m.parent / ".hydra" / "overrides.yaml").write_text("- experiment=ghost_batch\n")
     state = {"studies": ["ghost_batch"], "scale": "laptop", "seconds": {"1": 100.4, "2": 50.2}, "finished": None,
              "job_seconds": {"ghost_batch/r1/bn-0": [60.0, 50.0], "ghost_batch/r1/bn-0-lr0.4": [30.2, 25.0],
                              "ghost_batch/r2/bn-0": [50.2, 40.0]}}
@@ -536,9 +552,11 @@ def test_readme_claims_record_checks_the_run_in(tmp_path, monkeypatch):
     (out / "study.json").write_text(json.dumps({**state, "finished": "every primary claim decided", "sittings": sittings}))
     readme_claims.record(out)
     copied = sorted(str(p.relative_to(results)) for p in results.rglob("*") if p.is_file())
-    assert copied == ["ghost_batch/ghost_batch_fashion_mnist.png", "ghost_batch/runs/r1/bn-0/lr=0.1,seed=0/results.json",
-                      "ghost_batch/runs/r2/bn-0/lr=0.1,seed=3/results.json", "ghost_batch/summary.md", "run.json",
-                      "summary.json", "summary.md"]
+    assert copied == ["ghost_batch/ghost_batch_fashion_mnist.png", "ghost_batch/runs.jsonl.gz",
+                      "ghost_batch/summary.md", "run.json", "summary.json", "summary.md"]
+    runs_file = results / "ghost_batch" / "runs.jsonl.gz"
+    assert [(str(r.path.relative_to(runs_file)), r.status, r.study) for r in find_runs(runs_file)] == [
+        ("r1/bn-0/lr=0.1,seed=0", "completed", "ghost_batch"), ("r2/bn-0/lr=0.1,seed=3", "completed", "ghost_batch")]
     run = json.loads((results / "run.json").read_text())
     assert run["command"] == "normbench study ghost_batch scale=laptop" and run["git_sha"] == "83e39ea"
     assert run["wall_s"] == 151 and run["stopped"] == "every primary claim decided"

@@ -304,10 +304,16 @@ def test_cells_an_undecided_claim_reads_are_widened_from_the_runs(tmp_path):
 
 # --- what a look reads ------------------------------------------------------------------------------------
 
-def _primary_claim(root: Path) -> Path:
+LOOKS = {"looks": [3, 5, 10]}  # a --claims file's protocol: protocol.yaml's looks, α 0.05, O'Brien-Fleming
+
+
+def _primary_claim(root: Path, **extra) -> Path:
+    """A --claims file of one claim (gn beats bn, with `extra` fields) declaring the shipped looks: its own
+    family of 2 hypotheses, tested at looks of 3, 5 and 10 pairs."""
     path = root / "claims.yaml"
-    path.write_text(yaml.safe_dump([{"name": "gn beats bn", "a": {"norm.name": "gn"}, "b": {"norm.name": "bn"},
-                                     "expect": "greater", "role": "primary"}]))
+    path.write_text(yaml.safe_dump({"protocol": LOOKS, "claims": [{"name": "gn beats bn", "a": {"norm.name": "gn"},
+                                                                  "b": {"norm.name": "bn"}, "expect": "greater",
+                                                                  **extra}]}))
     return path
 
 
@@ -338,9 +344,8 @@ def test_later_rounds_do_not_change_an_earlier_looks_lr_choice(tmp_path):
                           val_acc=vals[seed], test_acc=test_acc)
             write_run(tmp_path / folder, f"bn_{seed}", norm="bn", seed=seed, config={"lr": 0.01}, val_acc=0.7,
                       test_acc=0.70)
-    proto = protocol.Protocol(family=())  # this claim alone: 2 hypotheses
-    five, ten = (compute(tmp_path / f, select="lr", claims_file=_primary_claim(tmp_path), protocol=proto).claims[0]
-                 for f in ("five", "ten"))
+    five, ten = (compute(tmp_path / f, select="lr", claims_file=_primary_claim(tmp_path)).claims[0]
+                 for f in ("five", "ten"))  # the file's claim alone: 2 hypotheses
     d = [0.10, 0.12, 0.08, 0.11, 0.09]
     assert five.verdict == "held" and five.look == 2 and five.look_seeds == [0, 1, 2, 3, 4]
     assert five.p == pytest.approx(scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue, rel=1e-6)
@@ -365,8 +370,7 @@ def test_a_failed_seed_of_a_round_is_a_missing_pair_not_a_later_seed(tmp_path):
                 write_run(tmp_path / folder, "gn_1", "failed", norm="gn", seed=1, error="OSError: disk full")
             else:
                 write_run(tmp_path / folder, f"gn_{seed}", norm="gn", seed=seed, test_acc=0.7 + d[seed])
-    proto = protocol.Protocol(family=())
-    first, second = (compute(tmp_path / f, claims_file=_primary_claim(tmp_path), protocol=proto).claims[0]
+    first, second = (compute(tmp_path / f, claims_file=_primary_claim(tmp_path)).claims[0]
                      for f in ("round1", "round2"))
     assert (first.verdict, first.look, first.look_n, first.look_seeds) == ("held", 1, 2, [0, 2])
     assert first.p == pytest.approx(scipy_stats.ttest_1samp([0.1, 0.10001], 0, alternative="greater").pvalue,
@@ -386,7 +390,7 @@ def test_a_look_waits_for_its_rounds_runs(tmp_path):
     for seed, x in enumerate([0.10, 0.12, 0.03, 0.11]):
         write_run(tmp_path / "runs", f"bn_{seed}", norm="bn", seed=seed, test_acc=0.7)
         write_run(tmp_path / "runs", f"gn_{seed}", norm="gn", seed=seed, test_acc=0.7 + x)
-    (r,) = compute(tmp_path / "runs", claims_file=_primary_claim(tmp_path), protocol=protocol.Protocol()).claims
+    (r,) = compute(tmp_path / "runs", claims_file=_primary_claim(tmp_path)).claims
     assert (r.verdict, r.look, r.look_n, r.look_seeds, r.n) == ("inconclusive", 1, 3, [0, 1, 2], 4)
     assert "look 2 reads seeds 0-4: seed 4 has no finished run yet" in r.note
 
@@ -409,10 +413,8 @@ def test_a_claim_undecided_after_the_last_look_says_how_many_pairs_would_decide_
     for seed, x in enumerate(e):
         write_run(tmp_path, f"bn_{seed}", norm="bn", seed=seed, test_acc=0.80)
         write_run(tmp_path, f"gn_{seed}", norm="gn", seed=seed, test_acc=0.80 + x)
-    raw = yaml.safe_load(_primary_claim(tmp_path).read_text())
-    (tmp_path / "claims.yaml").write_text(yaml.safe_dump([{**raw[0], "margin": margin}]))
-    proto = protocol.Protocol(family=())  # this claim alone: 2 hypotheses
-    [r] = compute(tmp_path, claims_file=tmp_path / "claims.yaml", protocol=proto).claims
+    proto = protocol.Protocol(family=(("", "gn beats bn"),))  # the file's claim alone: 2 hypotheses
+    [r] = compute(tmp_path, claims_file=_primary_claim(tmp_path, margin=margin)).claims
     assert r.verdict == "inconclusive" and r.look == 3 and r.n == 10
     level = proto.levels[-1] / 2
     assert (r.needed_to, r.pairs_needed) == stats.pairs_needed(r.diffs, "greater", margin / 100, level)

@@ -13,7 +13,8 @@
                                               # accuracy); a side may set its own (a: {..., metric: ...});
                                               # lr_sensitivity: a seed's accuracy lost over its lr grid
                                               # (lr_sensitivity.py), from all the side's runs at that seed
-        role: primary                         # primary | exploratory (the default)
+        role: primary                         # primary | exploratory (the default in an experiment's
+                                              # YAML; a --claims file's claims are primary by default)
         note: what it can and cannot conclude # optional: shown with the claim in the generated docs
 
     A side may be a difference of two cells at the same seed (a difference in differences):
@@ -27,18 +28,28 @@
     or the side's); the side's value at a seed is its run's metric minus the minus run's, so a seed enters the
     pairs only where all four runs gave a number, and mean_a / mean_b are the two changes.
 
-    found = parse(raw, "claims.yaml")          # or load_file(path), or declared(runs): what the runs recorded
+    A --claims file is a family of its own: a list of claims, or a mapping with `claims:` and, optionally,
+    the protocol its family is tested under (protocol.yaml's keys; without it, one look at every seed run):
+
+      protocol: {looks: [3, 5, 10], alpha: 0.05, spending: obrien_fleming}
+      claims:
+        - name: ...                           # primary unless it says role: exploratory
+
+    found = parse(raw, "claims.yaml")          # or declared(runs): what the runs recorded
+    own = load_file(path)                      # a --claims file: own.claims, own.protocol (its own family)
     results = verdicts.test(found, runs)       # summarize does this: a ClaimResult per claim
 
 This module is the declaration: a Claim, its fields checked into one-line UserErrors, and the ClaimResult
 its test fills in (summary.json's `claims` and claims.csv, `ClaimResult.row`). Primary claims are one
-confirmatory family (protocol.py, docs/protocol.md); the verdicts are held, refuted, inconclusive
-(primary) and exploratory (every other claim): verdicts.py says how each is reached.
+confirmatory family (protocol.py, docs/protocol.md): the shipped studies', or a --claims file's own; the
+verdicts are held, refuted, inconclusive (primary) and exploratory (every other claim): verdicts.py says how
+each is reached.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from normbench.config import Config, flatten, to_dict
@@ -162,9 +173,9 @@ def _known_keys() -> set[str]:
     return set(flatten(to_dict(Config()))) | {"metric"}
 
 
-def parse(raw: Any, source: str, study: str = "") -> list[Claim]:
-    """Claims from a YAML list (an experiment's `claims:`, or a --claims file); a UserError naming the
-    claim and the field for anything malformed."""
+def parse(raw: Any, source: str, study: str = "", default_role: str = "exploratory") -> list[Claim]:
+    """Claims from a YAML list (an experiment's `claims:`, or a --claims file's, whose `default_role` is
+    primary); a UserError naming the claim and the field for anything malformed."""
     if raw is None:
         return []
     if not isinstance(raw, list):
@@ -218,9 +229,9 @@ def parse(raw: Any, source: str, study: str = "") -> list[Claim]:
         if expect == "equivalent" and margin <= 0:
             raise UserError(f"{where}: an equivalence claim needs a margin > 0 (got {margin})",
                             "set margin: the largest difference, in points, that counts as equal")
-        role = item.get("role", "exploratory")
+        role = item.get("role", default_role)
         if role not in ROLES:
-            raise UserError(f"{where}: role={role!r}", f"use one of: {', '.join(ROLES)} (default exploratory)")
+            raise UserError(f"{where}: role={role!r}", f"use one of: {', '.join(ROLES)} (default {default_role})")
         note = item.get("note", "")
         if not isinstance(note, str):
             raise UserError(f"{where}: note must be a sentence (got {type(note).__name__})",
@@ -237,11 +248,24 @@ def _selector(where: str, side: str, sel: dict, known: set[str]) -> None:
                         "use config keys as `normbench train --cfg job` prints them, dotted (norm.name)")
 
 
-def load_file(path) -> list[Claim]:
-    """A --claims file: a YAML list of claims, or a mapping with a `claims:` list."""
-    from pathlib import Path
+@dataclass(frozen=True)
+class ClaimsFile:
+    """A --claims file: its claims and the protocol of their own family (protocol.Protocol, name "your
+    claims"): every claim not marked `role: exploratory`, Holm over their 2 m hypotheses alone."""
+    claims: list[Claim]
+    protocol: Any  # protocol.Protocol
 
+
+FILE_KEYS = ("claims", "protocol")  # a --claims file that is a mapping
+
+
+def load_file(path) -> ClaimsFile:
+    """A --claims file: a YAML list of claims, or a mapping with a `claims:` list and, optionally, the
+    `protocol:` its family is tested under (protocol.of_claims_file). Its claims are primary unless they
+    say `role: exploratory`."""
     import yaml
+
+    from normbench.summary import protocol
 
     path = Path(path)
     if not path.is_file():
@@ -250,7 +274,13 @@ def load_file(path) -> list[Claim]:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
         raise UserError(f"--claims {path}: not valid YAML ({str(e).splitlines()[0]})", "fix the file") from None
-    return parse(raw.get("claims") if isinstance(raw, dict) else raw, str(path))
+    if isinstance(raw, dict) and (unknown := sorted(set(raw) - set(FILE_KEYS))):
+        raise UserError(f"--claims {path}: unknown key(s) {', '.join(unknown)}",
+                        "give `claims:` (a list of claims) and, optionally, `protocol:` (alpha, looks, spending)")
+    found = parse(raw.get("claims") if isinstance(raw, dict) else raw, str(path), default_role="primary")
+    family = [c.key for c in found if c.role == "primary"]
+    own = protocol.of_claims_file(raw.get("protocol") if isinstance(raw, dict) else None, path.name, family)
+    return ClaimsFile(found, own)
 
 
 def declared(runs: list[Run]) -> list[Claim]:

@@ -1,19 +1,35 @@
-"""The runs of a sweep, as summarize reads them: every run directory under a path, with its status, and
-the numbers each completed run reports.
+"""The runs of a sweep, as summarize reads them: every run directory under a path, or in a runs file, with
+its status, and the numbers each completed run reports.
 
     runs = find_runs(Path("outputs/multirun/2025-01-01/12-00-00"))
     for metric, column, value in measurements(runs[0]): ...
+    save_runs(runs, root, Path("sweep.jsonl.gz"))   # the same runs as one file: find_runs reads it back
+
+A runs file (`*.jsonl.gz`, gzip'd JSON Lines) holds a sweep's runs, one a line: {"path": the run's folder
+relative to the sweep, "overrides": the command line Hydra recorded for it, "results": its results.json}
+("unreadable": why, in place of "results", for a results.json that could not be read; neither for a run
+without one). Its runs are at `<file>/<path>`: the file stands for the sweep folder it was written from, so
+a summary of it is the summary of that folder. A folder's runs files are read with its run directories (the
+record keeps each study's runs this way, docs/results/<study>/runs.jsonl.gz).
 
 Failed, diverged, incomplete and unreadable run directories are runs too (with a note), never fatal.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import gzip
+import json
+import zlib
+from pathlib import Path, PurePosixPath
 
 from normbench.config import Split, flatten
-from normbench.results import PACK, RESULTS, read_results
+from normbench.errors import UserError
+from normbench.results import PACK, RESULTS, atomic_write_bytes, read_results
 from normbench.summary.types import METRICS, Run
+
+RUNS_FILE = ".jsonl.gz"  # how a runs file's name ends: how a folder's are found
+INCOMPLETE = "no results.json (still running, or killed)"
+NOT_RUNS = "give a file `normbench summarize SWEEP --save-runs FILE.jsonl.gz` wrote, or the sweep's folder"
 
 
 def _overrides(run_dir: Path) -> list[str]:
@@ -30,6 +46,16 @@ def _overrides(run_dir: Path) -> list[str]:
 
 
 def find_runs(root: Path) -> list[Run]:
+    """Every run under `root`, in the order of their paths: a runs file's runs (`root` itself being one, or
+    each under the folder `root`), and the run directories under the folder (_run_dirs)."""
+    root = Path(root)
+    if root.is_file():
+        return read_runs_file(root)
+    runs = _run_dirs(root) + [r for f in sorted(root.rglob(f"*{RUNS_FILE}")) for r in read_runs_file(f)]
+    return sorted(runs, key=lambda r: r.path)
+
+
+def _run_dirs(root: Path) -> list[Run]:
     """Every run directory under `root`: those with a results.json, and those Hydra created (a .hydra/
     folder) that have none yet (still running, or killed). A pack's folder is not a run (its members are):
     one with a pack.json, or a Hydra folder with runs inside it (a pack kept without its pack.json)."""
@@ -41,25 +67,97 @@ def find_runs(root: Path) -> list[Run]:
         if d in packs and d not in finished:
             continue
         if not (d / RESULTS).exists():
-            runs.append(Run(d, "incomplete", note="no results.json (still running, or killed)",
-                            overrides=_overrides(d)))
+            runs.append(Run(d, "incomplete", note=INCOMPLETE, overrides=_overrides(d)))
             continue
         try:
             res = read_results(d / RESULTS)
         except ValueError as e:
             runs.append(Run(d, "unreadable", note=str(e)))
             continue
-        config = flatten(res["config"]) if isinstance(res["config"], dict) else {}
         pack_dir = d.parent if d.parent in packs else None  # a pack's member: the pack's command line
-        run = Run(d, res["status"], config, res, overrides=_overrides(pack_dir or d))
-        if run.status == "failed":
-            run.note = res.get("error") or "failed"
-        elif run.status == "diverged":
-            run.note = f"non-finite loss at step {res.get('diverged_step')}"
-        elif not isinstance(res.get("test_acc"), (int, float)):
-            run.status, run.note = "incomplete", "completed without a test_acc"
-        runs.append(run)
+        runs.append(_run(d, res, _overrides(pack_dir or d)))
     return runs
+
+
+def _run(path: Path, res: dict, overrides: list[str]) -> Run:
+    """The run whose results.json (read, with status and config) is `res`: its status and why."""
+    config = flatten(res["config"]) if isinstance(res["config"], dict) else {}
+    run = Run(path, res["status"], config, res, overrides=overrides)
+    if run.status == "failed":
+        run.note = res.get("error") or "failed"
+    elif run.status == "diverged":
+        run.note = f"non-finite loss at step {res.get('diverged_step')}"
+    elif not isinstance(res.get("test_acc"), (int, float)):
+        run.status, run.note = "incomplete", "completed without a test_acc"
+    return run
+
+
+def folder(root: Path) -> Path:
+    """Where a summary of `root` is written and its grids' next values are trained: `root` itself, or the
+    folder a runs file is in."""
+    return Path(root) if not Path(root).is_file() else Path(root).parent
+
+
+def read_runs_file(path: Path) -> list[Run]:
+    """The runs a runs file holds, each at `path / its folder`; raises UserError for a file that is not one
+    (not gzip'd JSON Lines, or a line that is not a run)."""
+    runs = []
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    runs.append(_line_run(path, n, json.loads(line)))
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path} is not a runs file ({e})", NOT_RUNS) from None
+    return runs
+
+
+def _line_run(path: Path, n: int, entry) -> Run:
+    """The run of line `n` of the runs file `path` (save_runs' format, the module's docstring)."""
+    rel = entry.get("path") if isinstance(entry, dict) else None
+    if not isinstance(rel, str) or PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
+        raise UserError(f"{path}, line {n}: not a run (a JSON object with its folder as a relative \"path\")",
+                        NOT_RUNS)
+    where, overrides = path / rel, [str(o) for o in entry.get("overrides") or []]
+    if "unreadable" in entry:
+        return Run(where, "unreadable", note=str(entry["unreadable"]))
+    res = entry.get("results")
+    if res is None:
+        return Run(where, "incomplete", note=INCOMPLETE, overrides=overrides)
+    missing = [k for k in ("status", "config") if k not in res] if isinstance(res, dict) else ["a JSON object"]
+    if missing:  # read_results' check of a results.json
+        return Run(where, "unreadable", note=f"{where / RESULTS}: missing {', '.join(missing)}")
+    return _run(where, res, overrides)
+
+
+def check_runs_file(root: Path, path: Path) -> None:
+    """Raise UserError where `path` cannot hold the runs of `root`: a name a folder's runs files do not have,
+    or a file inside the folder `root` (its next summary would read each run twice: from its folder and from
+    the file)."""
+    root, path = Path(root), Path(path)
+    if not path.name.endswith(RUNS_FILE):
+        raise UserError(f"--save-runs {path}: a runs file's name ends in {RUNS_FILE}",
+                        f"name it e.g. {path.name.split('.')[0] or 'sweep'}{RUNS_FILE}")
+    if root.is_dir() and path.resolve().is_relative_to(root.resolve()):
+        raise UserError(f"--save-runs {path}: inside {root}, whose next summary would read each run twice",
+                        f"write it outside the sweep, e.g. --save-runs {root.resolve().name}{RUNS_FILE}")
+
+
+def save_runs(runs: list[Run], root: Path, path: Path) -> Path:
+    """Write `runs` (found under `root`) as the runs file `path`, in their order (the module's docstring
+    has its format); find_runs(path) reads them back as they were."""
+    check_runs_file(root, path)
+    lines = []
+    for r in runs:
+        entry: dict = {"path": r.path.relative_to(root).as_posix(), "overrides": r.overrides}
+        if r.status == "unreadable":
+            entry["unreadable"] = r.note
+        elif r.results:
+            entry["results"] = r.results
+        lines.append(json.dumps(entry, separators=(",", ":")) + "\n")
+    data = gzip.compress("".join(lines).encode(), compresslevel=9, mtime=0)  # mtime 0: the same runs, the same bytes
+    atomic_write_bytes(path, lambda f: f.write(data))
+    return path
 
 
 def measurements(run: Run) -> list[tuple[str, str, float]]:

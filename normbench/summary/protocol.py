@@ -2,6 +2,7 @@
 (docs/protocol.md states it for a reviewer; normbench/configs/protocol.yaml declares its numbers).
 
     proto = load()                                   # α, looks, spending rule, widening limit, the family
+    own = of_claims_file({"looks": [3, 5]}, "my.yaml", keys)   # a --claims file's own family and looks
     proto.levels                                     # α_r of each look (their sum is α)
     step = look(pvalues_by_claim, index, state, proto)   # one look: decisions, what stays undecided
     step.undecided                                   # what the next round trains (study/rounds.py)
@@ -9,8 +10,11 @@
     look_seeds(proto, index)                         # the seeds a look reads: its rounds', as declared
     widen(chosen, read_cells, declared_grids, proto.widen_limit)   # lr grids to extend before a look counts
 
-The family is every shipped experiment's claim marked `role: primary` (normbench/configs/experiment/*.yaml),
-each with two hypotheses: the claim's alternative and its opposite. Look r reads the seeds of rounds 1..r
+The shipped family is every shipped experiment's claim marked `role: primary`
+(normbench/configs/experiment/*.yaml), each with two hypotheses: the claim's alternative and its opposite. A
+`--claims FILE` is a family of its own (`of_claims_file`): its confirmatory claims, under the protocol the
+file declares (`protocol:` beside `claims:`, protocol.yaml's alpha, looks and spending) or, where it declares
+none, one look at every seed the runs have (`looks = ()`), at α = 0.05. Look r reads the seeds of rounds 1..r
 (`look_seeds`: seeds 0 to looks[r] - 1, a failed one a missing pair; verdicts.test chooses their lrs
 among them alone), so a later round's runs never change an earlier look. Each claim that has run those
 seeds and is still undecided gives its two p-values; every other member of the family counts with p = 1
@@ -57,24 +61,33 @@ Key = tuple[str, str]  # (study, claim name): a member of the family
 
 @dataclass(frozen=True)
 class Protocol:
+    """A family of claims and the numbers it is tested with: α, the looks, how α is spent across them."""
     alpha: float = 0.05
-    looks: tuple[int, ...] = (3, 5, 10)  # pairs (seeds) at each planned look
+    looks: tuple[int, ...] = (3, 5, 10)  # pairs (seeds) at each planned look; () : one look at every seed run
     spending: str = "obrien_fleming"
     widen_limit: int = 2  # lr grid values a study may add beyond the declared grid, per cell and side
     family: tuple[Key, ...] = ()  # every primary claim, in declaration order
+    name: str = "shipped"  # whose family: "shipped", or "your claims" (a --claims file's)
+    source: str = "protocol.yaml"  # the file that declared the numbers
 
     def __post_init__(self) -> None:
+        where = f"{self.source}: protocol" if self.name != "shipped" else "protocol"
         if self.spending not in SPENDING:
-            raise UserError(f"protocol: spending={self.spending!r}", f"use one of: {', '.join(SPENDING)}")
-        if not self.looks or list(self.looks) != sorted(set(self.looks)) or self.looks[0] < 2:
-            raise UserError(f"protocol: looks={list(self.looks)} must increase, from 2 pairs or more",
+            raise UserError(f"{where}: spending={self.spending!r}", f"use one of: {', '.join(SPENDING)}")
+        if list(self.looks) != sorted(set(self.looks)) or (self.looks and self.looks[0] < 2):
+            raise UserError(f"{where}: looks={list(self.looks)} must increase, from 2 pairs or more",
                             "e.g. looks: [3, 5, 10]")
         if not 0 < self.alpha < 1:
-            raise UserError(f"protocol: alpha={self.alpha} is not in (0, 1)", "e.g. alpha: 0.05")
+            raise UserError(f"{where}: alpha={self.alpha} is not in (0, 1)", "e.g. alpha: 0.05")
+
+    @property
+    def planned(self) -> int:
+        """How many looks: len(looks), or 1 for the one look at every seed run."""
+        return len(self.looks) or 1
 
     @property
     def levels(self) -> tuple[float, ...]:
-        return levels(self.alpha, self.looks, self.spending)
+        return levels(self.alpha, self.looks, self.spending) if self.looks else (self.alpha,)
 
     def with_members(self, keys) -> Protocol:
         """The protocol whose family also holds `keys` (a summary's own primary claims beyond the shipped
@@ -83,9 +96,11 @@ class Protocol:
         return replace(self, family=self.family + extra) if extra else self
 
     def describe(self) -> dict[str, Any]:
+        """summary.json's `protocol`: the numbers, the family, and whose family it is (name, source)."""
         return {"alpha": self.alpha, "looks": list(self.looks), "spending": self.spending,
                 "levels": [float(f"{a:.6g}") for a in self.levels], "widen_limit": self.widen_limit,
-                "family": [list(k) for k in self.family], "hypotheses": 2 * len(self.family)}
+                "family": [list(k) for k in self.family], "hypotheses": 2 * len(self.family),
+                "name": self.name, "source": self.source}
 
 
 def _phi(z: float) -> float:
@@ -139,9 +154,39 @@ def load(path: Path = PATH, experiments: Path = EXPERIMENTS) -> Protocol:
     if unknown:
         raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}",
                         "use alpha, looks, spending, widen_limit")
+    if not raw.get("looks", (3, 5, 10)):  # a study trains its seeds in rounds: it needs them declared
+        raise UserError(f"{path}: looks is empty", "declare the pairs at each look, e.g. looks: [3, 5, 10]")
     return Protocol(float(raw.get("alpha", 0.05)), tuple(int(n) for n in raw.get("looks", (3, 5, 10))),
                     str(raw.get("spending", "obrien_fleming")), int(raw.get("widen_limit", 2)),
-                    shipped_family(Path(experiments)))
+                    shipped_family(Path(experiments)), source=Path(path).name)
+
+
+OWN_KEYS = ("alpha", "looks", "spending")  # what a --claims file's `protocol:` may declare
+
+
+def of_claims_file(raw: Any, source: str, family) -> Protocol:
+    """The protocol of a --claims file's own family (`family`: its confirmatory claims' keys): the file's
+    `protocol:` mapping (protocol.yaml's alpha, looks, spending; any it leaves out at protocol.yaml's
+    defaults, except looks: without them one look at every seed the runs have), or, with none, that one
+    look at α = 0.05. A UserError naming the file for a malformed mapping."""
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise UserError(f"{source}: protocol must be a mapping (got {type(raw).__name__})",
+                        "e.g. protocol: {looks: [3, 5, 10], alpha: 0.05, spending: obrien_fleming}")
+    if unknown := sorted(set(raw) - set(OWN_KEYS)):
+        fix = "a study's grids are widened by `normbench study protocol=FILE`; " if "widen_limit" in unknown else ""
+        raise UserError(f"{source}: protocol has unknown key(s) {', '.join(unknown)}",
+                        f"{fix}use {', '.join(OWN_KEYS)}")
+    looks = raw.get("looks", [])
+    if not isinstance(looks, list) or (not looks and "looks" in raw) or \
+            not all(isinstance(n, int) and not isinstance(n, bool) for n in looks):
+        raise UserError(f"{source}: protocol: looks={looks!r} is not a list of pair counts",
+                        "e.g. looks: [3, 5, 10], or leave looks out for one look at every seed the runs have")
+    alpha = raw.get("alpha", 0.05)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise UserError(f"{source}: protocol: alpha={alpha!r} is not a number", "e.g. alpha: 0.05")
+    return Protocol(float(alpha), tuple(looks), str(raw.get("spending", "obrien_fleming")), family=tuple(family),
+                    name="your claims", source=source)
 
 
 # --- one look -------------------------------------------------------------------------------------------
@@ -214,8 +259,8 @@ def look(tested: dict[Key, Pvalues], index: int, state: dict[Key, Decision], pro
     earlier looks, which stay. A pure function: the same inputs give the same decisions."""
     import numpy as np
 
-    if not 0 <= index < len(proto.looks):
-        raise ValueError(f"look {index}: the protocol plans {len(proto.looks)} looks")
+    if not 0 <= index < proto.planned:
+        raise ValueError(f"look {index}: the protocol plans {proto.planned} looks")
     family = list(proto.family)
     if stray := [k for k in tested if k not in set(family)]:
         raise ValueError(f"not members of the family: {stray}")
@@ -249,10 +294,11 @@ def round_seeds(proto: Protocol, index: int) -> range:
     return range(proto.looks[index - 1] if index else 0, proto.looks[index])
 
 
-def look_seeds(proto: Protocol, index: int) -> range:
+def look_seeds(proto: Protocol, index: int) -> range | None:
     """The seeds look `index` reads: those of rounds 0..index as declared (0-2, then 0-4, then 0-9), and no
-    other: a failed one is a missing pair, not replaced by a later round's seed."""
-    return range(proto.looks[index])
+    other: a failed one is a missing pair, not replaced by a later round's seed. None for a protocol of one
+    look at every seed the runs have (a --claims file that declares no looks)."""
+    return range(proto.looks[index]) if proto.looks else None
 
 
 # --- lr grids widened before a look counts ----------------------------------------------------------------

@@ -1,12 +1,14 @@
-"""`normbench summarize PATH`: the results.json files of a sweep (or of all of outputs/) -> the verdicts of
-its declared claims, then tables with 95% intervals and paired comparisons, accuracy against lr with each
-configuration's lr sensitivity (where lr varies), as CSV, JSON, Markdown, one HTML page, plots and
-TensorBoard runs.
+"""`normbench summarize PATH`: the results.json files of a sweep (or of all of outputs/, or of a runs file)
+-> the verdicts of its declared claims, then tables with 95% intervals and paired comparisons, accuracy
+against lr with each configuration's lr sensitivity (where lr varies), as CSV, JSON, Markdown, one HTML
+page, plots and TensorBoard runs.
 
     normbench summarize outputs/multirun/2025-01-01/12-00-00
     normbench summarize outputs --out reports/ --ref gn   # every run under outputs/, compared with gn
     normbench summarize SWEEP --select lr                  # the best lr per cell, chosen on validation
-    normbench summarize SWEEP --claims claims.yaml         # test these claims (summary/claims.py, verdicts.py)
+    normbench summarize SWEEP --claims claims.yaml         # test these claims, as a family of their own
+    normbench summarize SWEEP --wide                       # the claims with every statistic in the terminal too
+    normbench summarize SWEEP --save-runs sweep.jsonl.gz   # its runs as one file, to share: summarize reads it as SWEEP
 
 Runs are grouped by (study, data, model, norm label, column); the norm label is the norm's name plus
 every other setting that varies between runs of the same model (norm.masked, model.placement, lr, ...),
@@ -31,7 +33,7 @@ from pathlib import Path
 
 from normbench.errors import UserError
 from normbench.results import atomic_write_text
-from normbench.summary.discover import costs, find_runs
+from normbench.summary.discover import check_runs_file, costs, find_runs, folder, save_runs
 from normbench.summary.labels import label_runs, sweep_axes
 from normbench.summary.lr_sensitivity import lr_curves
 from normbench.summary.tables import build_tables
@@ -40,17 +42,19 @@ from normbench.summary.types import Summary
 
 def compute(root: Path, ref: str = "bn", select: str | None = None, claims_file: Path | None = None,
             protocol=None) -> Summary:
-    """Read every run under `root`, compute the tables and test the claims (those in `claims_file`, else
-    those the runs' experiments declared) under `protocol` (default: the declared one, protocol.load());
-    raises UserError for a path without runs."""
+    """Read every run under `root`, compute the tables and test the claims: those in `claims_file` as a
+    family of their own, under the protocol the file declares (claims.load_file); else those the runs'
+    experiments declared, in the shipped family under `protocol` (default: the declared one,
+    protocol.load()). Raises UserError for a path without runs."""
     from normbench.summary import claims as claiming
     from normbench.summary import protocol as protocols
     from normbench.summary import verdicts
 
     root = Path(root)
-    if not root.is_dir():
-        raise UserError(f"{root} is not a directory", "give a sweep directory, e.g. outputs/multirun/<date>/<time>")
-    declared = claiming.load_file(claims_file) if claims_file is not None else None  # a bad file fails first
+    if not root.exists():
+        raise UserError(f"{root} does not exist", "give a sweep directory, e.g. outputs/multirun/<date>/<time>, or a "
+                                                  "runs file (--save-runs)")
+    own = claiming.load_file(claims_file) if claims_file is not None else None  # a bad file fails first
     runs = find_runs(root)
     if not runs:
         raise UserError(f"no runs under {root} (no results.json, no Hydra run directory)",
@@ -72,10 +76,13 @@ def compute(root: Path, ref: str = "bn", select: str | None = None, claims_file:
         kept = [r for r in runs if selection.kept_by(chosen, r, labels, select)]
         tables = build_tables(kept, labels, ref)
         selection.annotate(tables, chosen, select)
-        extensions = selection.extensions(chosen, runs, labels, select, root)
+        extensions = selection.extensions(chosen, runs, labels, select, folder(root))
         pick = partial(selection.kept, key=select)  # a look's lrs chosen among its own seeds' runs alone
-    proto = protocols.load() if protocol is None else protocol
-    tested = verdicts.test(declared if declared is not None else claiming.declared(runs), kept, runs, proto, pick)
+    if own is not None:  # a user's claims: Holm over their own hypotheses, never the shipped family's
+        found, proto = own.claims, own.protocol
+    else:
+        found, proto = claiming.declared(runs), protocols.load() if protocol is None else protocol
+    tested = verdicts.test(found, kept, runs, proto, pick)
     if select is not None:  # a verdict read off an lr chosen at its grid's edge says so
         for r in tested:
             edge = [c for c in verdicts.cells_read(r.claim, runs, labels) if c in chosen
@@ -126,30 +133,43 @@ def write_files(s: Summary, out: Path, plots: bool = True) -> dict[str, Path]:
 
 
 def summarize(root: Path, out: Path | None = None, plots: bool = True, console=None, ref: str = "bn",
-              select: str | None = None, claims_file: Path | None = None, protocol=None) -> dict[str, Path]:
-    """Summarize every run under `root` into `out` (default `root`): print the tables, write the files;
-    returns the files written."""
+              select: str | None = None, claims_file: Path | None = None, protocol=None,
+              runs_file: Path | None = None, wide: bool = False) -> dict[str, Path]:
+    """Summarize every run under `root` into `out` (default `root`, a runs file's folder): print the tables
+    (`wide`: the claims with every statistic, as summary.md has them), write the files (and, with
+    `runs_file`, the runs as one file); returns the files written."""
     from normbench.summary.show import report
 
+    if runs_file is not None:  # a wrong name fails before the computation, not after
+        check_runs_file(root, runs_file)
     summary = compute(root, ref, select, claims_file, protocol)
-    report.print_summary(summary, console)
-    return write_files(summary, Path(out or root), plots=plots)
+    saved = {"runs": save_runs(summary.runs, Path(root), runs_file)} if runs_file is not None else {}
+    report.print_summary(summary, console, wide=wide)
+    return {**write_files(summary, Path(out or folder(root)), plots=plots), **saved}
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="normbench summarize", description=__doc__.split("\n\n")[0])
-    p.add_argument("path", type=Path, help="a sweep directory, or outputs/ as a whole")
-    p.add_argument("--out", type=Path, default=None, help="where to write the files (default: PATH)")
+    p.add_argument("path", type=Path, help="a sweep directory, outputs/ as a whole, or a runs file (--save-runs)")
+    p.add_argument("--out", type=Path, default=None, help="where to write the files (default: PATH, or a runs "
+                                                          "file's folder)")
     p.add_argument("--ref", default="bn", help="the norm every other is compared with, seed by seed (default: bn)")
     p.add_argument("--select", choices=["lr"], default=None,
                    help="pick, per cell and seed, the value with the best mean validation accuracy over the other "
                         "seeds (that seed's test accuracy reported)")
     p.add_argument("--claims", type=Path, default=None, metavar="FILE.yaml",
-                   help="test these claims (a YAML list: name, a, b, expect, margin, metric) instead of those the "
-                        "runs' experiments declared")
+                   help="test these claims (a YAML list: name, a, b, expect, margin, metric; or `claims:` and a "
+                        "`protocol:`) instead of those the runs' experiments declared, as a family of their own: "
+                        "Holm over their hypotheses, one look at every seed unless the file declares looks")
+    p.add_argument("--wide", action="store_true",
+                   help="print the claims with every statistic (bootstrap, exact p, each look's α) and each "
+                        "claim's cells, wider than a terminal; summary.md and summary.html always have them")
     p.add_argument("--no-plots", action="store_true", help="skip the plots, the HTML figures and TensorBoard")
+    p.add_argument("--save-runs", type=Path, default=None, metavar="FILE.jsonl.gz",
+                   help="also write PATH's runs as one file (each results.json and its command line, gzip'd JSON "
+                        "Lines), which `normbench summarize FILE.jsonl.gz` reads as it reads PATH: a sweep to share")
     args = p.parse_args(argv)
     files = summarize(args.path, args.out, plots=not args.no_plots, ref=args.ref, select=args.select,
-                      claims_file=args.claims)
+                      claims_file=args.claims, runs_file=args.save_runs, wide=args.wide)
     print("wrote " + ", ".join(str(f) for f in files.values()))
     return 0

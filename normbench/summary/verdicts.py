@@ -12,11 +12,13 @@ paired t-test (greater/less than the margin) or TOST (equivalent within it) and 
 of the same hypothesis, each with its opposite (`pvalues`).
 
 Primary claims are one confirmatory family (protocol.py, docs/protocol.md): every primary claim of the
-shipped studies, whatever ran, plus any primary claim of this summary beyond them. Look r reads the seeds
-of rounds 1..r as declared (protocol.look_seeds: 0-2, 0-4, 0-9) and nothing else: a failed seed among them
-is a missing pair, never replaced by a later seed, and under --select lr each of those seeds' lr is chosen
-on the other seeds of the same look (`pick`), so a later round's runs cannot change what an earlier look
-read. A claim reaches a look once each side has a run (of any status) at every seed of it. Each look tests
+shipped studies, whatever ran, plus any primary claim of this summary beyond them; or, for a --claims
+file, its own claims alone (every one not marked exploratory), under the protocol the file declares or one
+look at every seed the runs have. Look r reads the seeds of rounds 1..r as declared (protocol.look_seeds:
+0-2, 0-4, 0-9) and nothing else: a failed seed among them is a missing pair, never replaced by a later seed,
+and under --select lr each of those seeds' lr is chosen on the other seeds of the same look (`pick`), so a
+later round's runs cannot change what an earlier look read. A claim reaches a look once each side has a run
+(of any status) at every seed of it (the one look at every seed: at once, with the pairs it has). Each look tests
 the undecided claims that reached it at its share of α, Holm over the family's 2 m hypotheses, and a
 decided claim stays decided. The verdict:
 
@@ -284,8 +286,9 @@ def test(claims: list[Claim], runs: list[Run], grid: list[Run] | None = None, pr
     state: dict = {}
     last: dict[tuple, _Tested] = {}  # key -> the last look that tested it
     waiting: dict[tuple, tuple[int, list[int]]] = {}  # key -> the first look it has not reached, its seeds not run
-    for index in range(len(proto.looks)):
-        seeds = set(protocols.look_seeds(proto, index))
+    for index in range(proto.planned):
+        declared = protocols.look_seeds(proto, index)  # None: the one look at every seed the runs have
+        seeds = {_seed(x) for x in grid if x.config} if declared is None else set(declared)
         open_ = [r for r in primary if r.claim.key not in state and r.claim.key not in waiting]
         if not open_:
             break
@@ -294,7 +297,7 @@ def test(claims: list[Claim], runs: list[Run], grid: list[Run] | None = None, pr
         tested, read = {}, {}
         for r in open_:
             c = r.claim
-            if missing := _not_run(c, look_grid, seeds):
+            if declared is not None and (missing := _not_run(c, look_grid, seeds)):
                 waiting[c.key] = (index, missing)
                 continue
             pairs = _one(c, look_runs, look_grid)
@@ -324,13 +327,15 @@ def _needed(r: ClaimResult, diffs: list[float], proto) -> str:
     level = proto.levels[-1] / hypotheses
     c = r.claim
     r.needed_to, r.pairs_needed = pairs_needed(diffs, c.expect, c.margin / c.scale, level)
+    said, which = ("undecided after the last look", "the last look's") if proto.looks else \
+        ("undecided at its one look", "the look's")
     if not r.needed_to:
-        return "undecided after the last look; its measured mean sits on its bound: no number of pairs would decide it"
+        return f"{said}; its measured mean sits on its bound: no number of pairs would decide it"
     if r.pairs_needed is None:
-        return (f"undecided after the last look; more than {PAIRS_LIMIT:,} pairs would be needed to {r.needed_to} it at "
+        return (f"{said}; more than {PAIRS_LIMIT:,} pairs would be needed to {r.needed_to} it at "
                 f"power {POWER:.0%}, were its measured mean and SD true")
-    return (f"undecided after the last look; about {r.pairs_needed} pairs would {r.needed_to} it (power {POWER:.0%} at "
-            f"level {level:.2g}, the last look's over the family's {hypotheses} hypotheses, were its measured mean "
+    return (f"{said}; about {r.pairs_needed} pairs would {r.needed_to} it (power {POWER:.0%} at "
+            f"level {level:.2g}, {which} over the family's {hypotheses} hypotheses, were its measured mean "
             "and SD true)")
 
 
@@ -339,7 +344,7 @@ def _conclude(r: ClaimResult, primary: bool, proto, state: dict, last: dict, wai
     tested it) for a primary claim; its own over every pair for an exploratory one."""
     from normbench.summary.protocol import look_seeds
 
-    r.looks = len(proto.looks)
+    r.looks = proto.planned
     notes = [r.note]
     if not primary:
         r.role, r.verdict = "exploratory", "exploratory"
@@ -370,10 +375,10 @@ def _conclude(r: ClaimResult, primary: bool, proto, state: dict, last: dict, wai
         if d.rests_on == "t-test":
             notes.append(f"rests on the t-test's normality: the exact test does not reach the look's level "
                          f"(its smallest p at n = {pv.n} is {2.0 ** -pv.n:.3g} before Holm)")
-    elif waiting is None and index + 1 < len(proto.looks):
-        notes.append(f"undecided at look {index + 1} of {len(proto.looks)}; the next look reads seeds "
+    elif waiting is None and index + 1 < proto.planned:
+        notes.append(f"undecided at look {index + 1} of {proto.planned}; the next look reads seeds "
                      f"{_seeds_text(look_seeds(proto, index + 1))}")
-    elif index + 1 == len(proto.looks):  # the protocol is spent: what would decide it
+    elif index + 1 == proto.planned:  # the protocol is spent: what would decide it
         notes.append(_needed(r, t.diffs, proto))
     if r.seeds != t.seeds or r.diffs != t.diffs:  # more seeds, or the lrs chosen over more seeds than the look's
         notes.append(f"the tests read look {index + 1}'s {pv.n} pairs (seeds {_seeds_text(t.seeds)}"

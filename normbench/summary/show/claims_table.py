@@ -1,11 +1,19 @@
-"""How `normbench summarize` shows the claims' verdicts (verdicts.py): their rows, caption and notes, the
-same in the terminal, Markdown and HTML, and claims.csv; report.py puts them first in every format.
+"""How `normbench summarize` shows the claims' verdicts (verdicts.py): their rows, caption and notes in
+Markdown and HTML (every statistic), claims.csv, and the terminal's table, which fits 120 columns (a
+`--wide` one has every statistic); report.py puts them first in every format.
 
     rows = claims_rows(summary); caption = claims_caption(summary); notes = claim_notes(summary)
-    print_claims(summary, console); lines = markdown_lines(summary); text = to_claims_csv(summary)
+    family_line(summary)                       # which family and protocol decided the verdicts, one line
+    print_claims(summary, console)             # the terminal: compact table, then a short legend and notes
+    print_claims(summary, console, wide=True)  # every column of summary.md, and each claim's cells
+    lines = markdown_lines(summary); text = to_claims_csv(summary)
 
 A claim's numbers in points for accuracies (its metric's unit otherwise); its verdict with what it rests
 on (`held · exact`, `held · t-test`, `budget-limited`) and the look that decided it or last tested it.
+Why the terminal's table is compact: at 13 columns it was 260-330 characters wide, so a terminal squeezed
+the claims' names to nothing; it keeps the estimate, the p that decides, the look and the verdict, drops
+its interval and then the look where a terminal is narrower still, and numbers the claims so that the notes
+under it name them by number.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import json
 
 from normbench.summary import stats
 from normbench.summary.claims import MINUS, Claim, ClaimResult
+from normbench.summary.protocol import SPENDING
 from normbench.summary.types import Summary, fmt_value
 
 LEVEL_TEXT = f"{stats.LEVEL:.0%}"
@@ -79,22 +88,47 @@ def claims_rows(s: Summary) -> list[list[str]]:
     return rows
 
 
-def claims_caption(s: Summary) -> str:
-    scoped = sorted({r.claim.study for r in s.claims if r.claim.study})
-    source = f"declared by experiment{'s' * (len(scoped) > 1)} {', '.join(scoped)}" if scoped else "given by --claims"
-    m, primary = len(s.claims), sum(r.role == "primary" for r in s.claims)
+SPENDING_TEXT = dict(zip(SPENDING, ("O'Brien-Fleming", "Bonferroni")))
+
+
+def family_line(s: Summary) -> str:
+    """'family: shipped, protocol.yaml: looks at 3/5/10 pairs, α 0.00035/0.0052/0.044 (O'Brien-Fleming), Holm
+    over 42 hypotheses', or a --claims file's 'family: your claims, mine.yaml: one look at every seed, α 0.05,
+    Holm over 4 hypotheses': which family and protocol decided the verdicts, in one line."""
     proto = s.protocol or {}
-    family = len(proto.get("family", []))
-    looks = ", ".join(f"{n} pairs at α {a:.2g}" for n, a in zip(proto.get("looks", []), proto.get("levels", [])))
-    return (f"{m} claims {source}: per-seed differences a − b (points for accuracies), their mean, {LEVEL_TEXT} "
-            f"t-interval and percentile bootstrap (few distinct resamples at n ≤ 5: read the t-interval); p: "
-            f"one-sided paired t-test against the margin (TOST for |a − b| < margin). {primary} primary claim"
-            f"{'s' * (primary != 1)} belong{'s' * (primary == 1)} to the confirmatory family of {family} claims "
-            f"(docs/protocol.md; untested members count with p = 1), tested at planned looks ({looks}; "
-            f"{proto.get('spending', '').replace('_', '-')} spending of α = {proto.get('alpha', 0.05):g}): p (Holm) "
-            f"over the family's {2 * family} hypotheses (each claim's and its opposite) at the look that decided "
-            f"it or last tested it; exact p (Holm): the sign-flip test over the same hypotheses. held / refuted: "
-            f"the claim's hypothesis / its opposite below the look's α after Holm, decided for good; · exact: the "
+    members = len(proto.get("family", []))
+    if not members:
+        return "family: none (every claim exploratory: estimates and unadjusted p's, no verdict)"
+    where = f"{proto.get('name', 'shipped')}, {proto.get('source', 'protocol.yaml')}"
+    levels, alpha, looks = proto.get("levels", []), proto.get("alpha", 0.05), proto.get("looks", [])
+    if not looks:
+        plan = f"one look at every seed, α {alpha:g}"
+    elif len(looks) == 1:
+        plan = f"one look at {looks[0]} pairs, α {alpha:g}"
+    else:
+        spent = SPENDING_TEXT.get(proto.get("spending", ""), proto.get("spending", ""))
+        plan = f"looks at {'/'.join(map(str, looks))} pairs, α {'/'.join(f'{a:.2g}' for a in levels)} ({spent})"
+    return f"family: {where}: {plan}, Holm over {2 * members} hypotheses"
+
+
+def claims_caption(s: Summary) -> str:
+    """What the full table's columns and verdicts mean (summary.md, summary.html, `--wide`)."""
+    scoped = sorted({r.claim.study for r in s.claims if r.claim.study})
+    own = (s.protocol or {}).get("name", "shipped") != "shipped"
+    source = (f"given by --claims {s.protocol.get('source', '')}" if own else
+              f"declared by experiment{'s' * (len(scoped) > 1)} {', '.join(scoped)}" if scoped else
+              "declared by the runs' experiments")
+    m, primary = len(s.claims), sum(r.role == "primary" for r in s.claims)
+    family = ("the shipped studies' primary claims and any other primary claim here (docs/protocol.md; "
+              "untested members count with p = 1)" if not own else "this file's own claims, those not marked "
+              "exploratory (docs/protocol.md)")
+    return (f"{family_line(s)}. {m} claims {source}: per-seed differences a − b (points for accuracies), their "
+            f"mean, {LEVEL_TEXT} t-interval and percentile bootstrap (few distinct resamples at n ≤ 5: read the "
+            f"t-interval); p: one-sided paired t-test against the margin (TOST for |a − b| < margin). "
+            f"{primary} confirmatory claim{'s' * (primary != 1)} (role primary) in the family of {family}: p "
+            f"(Holm) over the family's hypotheses (each claim's and its opposite) at the look that decided it or "
+            f"last tested it; exact p (Holm): the sign-flip test over the same hypotheses. held / refuted: the "
+            f"claim's hypothesis / its opposite below the look's α after Holm, decided for good; · exact: the "
             f"exact test rejects too (no normality needed), · t-test: it rests on the t-test's normality; "
             f"budget-limited: a run it reads had not plateaued; inconclusive: neither yet. exploratory: not in the "
             f"family, an estimate and an unadjusted p, no verdict")
@@ -124,23 +158,152 @@ def to_claims_csv(s: Summary) -> str:
 
 
 def markdown_lines(s: Summary) -> list[str]:
-    """The claims section of summary.md: heading, caption, table, notes."""
-    lines = ["## Claims", "", f"_{claims_caption(s)}_", "", "| " + " | ".join(CLAIMS_HEADER) + " |",
-             "|" + "---|" * len(CLAIMS_HEADER)]
+    """The claims section of summary.md: heading, caption (which family decided first), table, notes."""
+    lines = ["## Claims", "", f"_{claims_caption(s)}_", "",
+             "| " + " | ".join(CLAIMS_HEADER) + " |", "|" + "---|" * len(CLAIMS_HEADER)]
     lines += ["| " + " | ".join(row) + " |" for row in claims_rows(s)]
     return lines + ["", *[f"- {note}" for note in claim_notes(s)], ""]
 
 
-def print_claims(s: Summary, console) -> None:
-    """The claims in the terminal (rich): the table, its verdicts coloured, the caption and notes dimmed."""
+# --- the terminal ------------------------------------------------------------------------------------------
+
+TERMINAL_WIDTH = 120  # the compact table's widest line, whatever the console: a claim's name wraps within it
+NAME_WIDTH = (24, 50)  # a claim's name wraps within at most 50 columns; below 24 a column gives way
+GAP = 2  # columns between two of the table's columns (collapsed padding and a blank divider)
+DROPPED_FIRST = ("95% CI", "look", "n")  # what a narrower terminal loses first, then next
+
+
+def expects(c: Claim) -> str:
+    """The claim's hypothesis on a − b in a few characters: '> 0', '< -1', '|·| < 2'; 'ΔΔ < 0' where a side
+    subtracts a cell (a difference in differences)."""
+    did = "ΔΔ " if any(MINUS in side for side in (c.a, c.b)) else ""
+    m = f"{c.margin:g}"
+    return f"{did}|·| < {m}" if c.expect == "equivalent" else f"{did}{'>' if c.expect == 'greater' else '<'} {m}"
+
+
+def short_verdict(r: ClaimResult) -> str:
+    """'held · t-test', 'refuted · exact · budget', 'inconclusive', 'exploratory'."""
+    parts = [r.verdict] + ([r.rests_on] if r.verdict in ("held", "refuted") and r.rests_on else [])
+    return " · ".join(parts + ["budget"] * bool(r.budget_limited and r.verdict != "exploratory"))
+
+
+def terminal_columns(s: Summary) -> dict[str, list[str]]:
+    """The compact table's columns, header -> one cell per claim: its number, name, pairs, hypothesis,
+    estimate, interval, the p that decides (Holm's at its look; an exploratory claim's unadjusted), its look
+    (where the protocol plans more than one) and verdict."""
+    out: dict[str, list[str]] = {h: [] for h in ("#", "claim", "n", "H1", "a − b", "95% CI", "p", "look", "verdict")}
+    for i, r in enumerate(s.claims, 1):
+        cells = [str(i), r.claim.name, str(r.n), expects(r.claim), _num(r, r.estimate),
+                 f"[{_num(r, r.ci[0])}, {_num(r, r.ci[1])}]" if r.ci else "",
+                 _p(r.p if r.role == "exploratory" else r.p_holm), "" if r.look is None else f"{r.look}/{r.looks}",
+                 short_verdict(r)]
+        for h, v in zip(out, cells):
+            out[h].append(v)
+    if len((s.protocol or {}).get("looks") or [None]) == 1:  # one look: every claim's would read 1/1
+        out.pop("look")
+    return out
+
+
+def fitted(columns: dict[str, list[str]], width: int) -> tuple[dict[str, list[str]], int]:
+    """The columns that fit `width` (at most TERMINAL_WIDTH) with a claim's name given its least width
+    (DROPPED_FIRST's go first, in order), and the most a name may then take."""
+    width = min(width, TERMINAL_WIDTH)
+    kept = dict(columns)
+
+    def left() -> int:
+        others = sum(max(len(h), *map(len, v)) if v else len(h) for h, v in kept.items() if h != "claim")
+        return width - others - GAP * (len(kept) - 1)
+
+    for h in DROPPED_FIRST:
+        if left() >= NAME_WIDTH[0]:
+            break
+        kept.pop(h)
+    return kept, max(NAME_WIDTH[0], min(NAME_WIDTH[1], left()))
+
+
+def _rich_table(header: list[str], rows: list[list[str]], verdicts: list[str], wrap: str, name_width=None):
+    """A rich table without vertical rules (each column's gap is spaces), the verdicts coloured; the column
+    `wrap` wraps (within `name_width` = (least, most)), every other keeps its line."""
+    from rich import box
+    from rich.markup import escape
     from rich.table import Table as RichTable
 
-    ct = RichTable(title="claims", title_justify="left")
-    for i, h in enumerate(CLAIMS_HEADER):
-        ct.add_column(h, justify="left" if i in (0, 1, 2, len(CLAIMS_HEADER) - 1) else "right", no_wrap=i != 0)
-    for r, row in zip(s.claims, claims_rows(s)):
-        ct.add_row(*row[:-1], f"[{VERDICT_STYLE[r.verdict]}]{row[-1]}[/]")
-    console.print(ct)
-    console.print(f"[dim]{claims_caption(s)}[/]")
-    for note in claim_notes(s):
-        console.print(f"[dim]- {note}[/]")
+    t = RichTable(title="claims", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  collapse_padding=True)
+    for h in header:
+        least, most = name_width if h == wrap and name_width else (None, None)
+        t.add_column(h, justify="left" if h in (wrap, "H1", "verdict", "role", "hypothesis") else "right",
+                     no_wrap=h != wrap, min_width=least, max_width=most, overflow="fold")
+    for row, verdict in zip(rows, verdicts):  # a name or an interval is text, never markup
+        t.add_row(*map(escape, row[:-1]), f"[{VERDICT_STYLE[verdict]}]{escape(row[-1])}[/]")
+    return t
+
+
+def legend_lines(s: Summary, shown: list[str]) -> list[str]:
+    """The compact table's legend, a few short lines: the family, then what the columns shown and the
+    verdicts say, then where the rest is."""
+    interval = f" [{LEVEL_TEXT} t-interval]" * ("95% CI" in shown)
+    lines = [family_line(s), f"a − b: per-seed differences, mean{interval}, in points for accuracies; H1: the "
+             "claim's hypothesis on it"]
+    if any(MINUS in side for r in s.claims for side in (r.claim.a, r.claim.b)):
+        lines.append("ΔΔ: a difference in differences, (a − a′) − (b − b′): each side less a cell of its own")
+    lines.append("p: one-sided t-test (TOST for |·| <), Holm-adjusted over the family; exploratory: unadjusted")
+    if "look" in shown:
+        lines.append("look r/K: the look of K planned that decided the claim, or last tested it")
+    lines.append("held / refuted: H1 / its opposite below the look's α after Holm; inconclusive: neither yet; "
+                 "exploratory: no verdict")
+    lines.append("· exact: the sign-flip test rejects too; · t-test: it rests on normality"
+                 + "; budget: a run it reads had not plateaued" * any(r.budget_limited for r in s.claims))
+    lines.append("--wide and summary.md: every statistic (bootstrap, exact p, each look's α) and each claim's cells")
+    return lines
+
+
+def numbered_notes(s: Summary, cells: bool = False) -> list[str]:
+    """claim_notes with the claims named by their number in the terminal's table ('3, 5: ...'); with `cells`,
+    each claim's cells too."""
+    number = {id(r): i for i, r in enumerate(s.claims, 1)}
+    by_note: dict[str, list[int]] = {}
+    for r in s.claims:
+        for note in filter(None, r.note.split("; ")):
+            by_note.setdefault(note, []).append(number[id(r)])
+    notes = [f"{'every claim' if len(ns) == len(s.claims) > 1 else ', '.join(map(str, ns))}: {note}"
+             for note, ns in by_note.items()]
+    return notes + [f"{number[id(r)]}: a = {_side(r.claim, r.claim.a)}; b = {_side(r.claim, r.claim.b)}"
+                    for r in s.claims] * cells
+
+
+def print_claims(s: Summary, console, wide: bool = False) -> None:
+    """The claims in the terminal (rich): the compact table (numbered; its widest line TERMINAL_WIDTH or the
+    console's width), its verdicts coloured, then the legend and the notes dimmed. `wide`: summary.md's
+    every column at its natural width (wider than a terminal: the lines run on), its caption, and each
+    claim's cells."""
+    from rich.markup import escape
+
+    verdicts = [r.verdict for r in s.claims]
+    if wide:
+        header = ["#", *CLAIMS_HEADER]
+        rows = [[str(i), *row] for i, row in enumerate(claims_rows(s), 1)]
+        _print_unsqueezed(console, _rich_table(header, rows, verdicts, "claim", NAME_WIDTH))
+        console.print(f"[dim]{escape(claims_caption(s))}[/]")
+    else:
+        columns, name_width = fitted(terminal_columns(s), console.width)
+        rows = [list(row) for row in zip(*columns.values())]
+        console.print(_rich_table(list(columns), rows, verdicts, "claim", (NAME_WIDTH[0], name_width)))
+        for line in legend_lines(s, list(columns)):
+            console.print(f"[dim]{escape(line)}[/]")
+    for note in numbered_notes(s, cells=wide):
+        console.print(f"[dim]- {escape(note)}[/]")
+
+
+def _print_unsqueezed(console, table) -> None:
+    """Print `table` at its natural width, however narrow the console: a wide view's lines run on rather
+    than squeezing its columns to nothing."""
+    from rich.measure import Measurement
+
+    natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    width = console.width
+    console.width = max(width, natural)
+    try:
+        console.print(table, crop=False)
+    finally:
+        console.width = width

@@ -270,7 +270,9 @@ def to_json(s: Summary) -> str:
     }, indent=2, default=str) + "\n"
 
 
-def print_summary(s: Summary, console=None) -> None:
+def print_summary(s: Summary, console=None, wide: bool = False) -> None:
+    """The summary in the terminal: the sweep, the claims (claims_table.print_claims: a table that fits 120
+    columns, or with `wide` every statistic), the tables, lr sensitivity, grids to widen, the runs apart."""
     from rich.console import Console
     from rich.table import Table as RichTable
 
@@ -280,7 +282,7 @@ def print_summary(s: Summary, console=None) -> None:
     for line in sweep_lines(s):
         console.print(f"[dim]{line}[/]")
     if s.claims:  # the answers first
-        claims_table.print_claims(s, console)
+        claims_table.print_claims(s, console, wide=wide)
     if s.tables:
         console.print("\n[bold]tables[/]")
         for i, t in enumerate(s.tables, 1):
