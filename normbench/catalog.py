@@ -2,6 +2,7 @@
 
     normbench norms            # every norm: what it normalizes over, batch dependence, parameters, paper
     normbench norms gn         # gn's options with their defaults, and its layouts
+    normbench norms check my_norm:ScaleNorm   # the catalog's contract on a norm, yours too (norms/check.py)
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def detail_table(name: str) -> Table:
 def main(argv: list[str], console: Console | None = None) -> int:
     # Piped output has no terminal width to fit; rich's 80 columns would fold every cell.
     console = console or Console(width=None if sys.stdout.isatty() else 160)
+    if argv and argv[0] == "check":
+        from normbench.norms.check import main as check
+
+        return check(argv[1:], say=console.print)
     if len(argv) > 1 or (argv and argv[0].startswith("-")):
         raise UserError("usage: normbench norms [NAME]", "run `normbench norms` for the whole catalog")
     console.print(detail_table(argv[0]) if argv else catalog_table())
@@ -51,7 +56,8 @@ def main(argv: list[str], console: Console | None = None) -> int:
         console.print("* includes its own activation (FRN's TLU, EvoNorm-S0's sigmoid gate).\n"
                       "layouts: flat (N, C) for MLPs, image (N, C, H, W) for CNNs, seq (N, T, C) for RNNs. "
                       f"norm.ghost_batch=K ({ghosts}): batch statistics per group of K samples. "
-                      "`normbench norms NAME` lists a norm's options.")
+                      "`normbench norms NAME` lists a norm's options; `normbench norms check NAME|MODULE:NAME` "
+                      "runs the catalog's contract on one (docs/your-question.md).")
     return 0
 
 

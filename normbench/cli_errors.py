@@ -82,10 +82,19 @@ def _keys(node) -> list[str]:
 
 
 def key_exists(key: str) -> bool:
-    """Is dotted `key` a key of the schema (or a config group)?"""
+    """Is dotted `key` a key of the schema (or a config group), or one in a mapping the schema leaves open
+    (norm.options.KEY: a user's norm's own options)?"""
     parent, _, leaf = key.rpartition(".")
     node = _schema_at(parent)
-    return (not parent and leaf in groups()) or (node is not None and leaf in _keys(node))
+    return (not parent and leaf in groups()) or (node is not None and leaf in _keys(node)) or _open(parent)
+
+
+def _open(path: str) -> bool:
+    """Is dotted `path` a Dict field of the schema, which takes any key?"""
+    owner, _, leaf = path.rpartition(".")
+    node = _schema_at(owner) if path else None
+    hint = typing.get_type_hints(node).get(leaf) if node is not None else None
+    return typing.get_origin(hint) is dict
 
 
 def unknown_key(key: str, value: str = "") -> UserError:

@@ -18,7 +18,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from normbench.errors import UserError
 
@@ -158,6 +158,8 @@ class NormConfig:
     learn_eps: Optional[bool] = None  # frn: learn eps (null = on for flat/seq, where each channel holds one value)
     alpha_init: Optional[float] = None  # dyt, derf: initial value of the learned scalar alpha in tanh(alpha x), erf(alpha x + s)
     shift_init: Optional[float] = None  # derf: initial value of the learned scalar shift s in erf(alpha x + s)
+    target: Optional[str] = None  # norm=custom: your norm, MODULE:NAME (a class or factory taking num_features)
+    options: Dict[str, Any] = field(default_factory=dict)  # your norm's options: +norm.options.KEY=VALUE
     track_stats: bool = runtime(False)  # log each norm layer's input mean/std and scale/shift to TensorBoard
     track_every: int = runtime(100)  # ... every this many steps
 

@@ -362,6 +362,6 @@ def test_batch_statistics_rule(model, norm, batch_size, fails, tiny_cfg):
     assert fails == (native_fails and norms.get(norm).batch_dependent)
     if fails:
         with pytest.raises(UserError, match="one value per channel"):
-            guards.check_batch_statistics(tiny_cfg, values, layouts)
+            guards.check_batch_statistics(tiny_cfg, norms.factory(norm), values, layouts)
     else:
-        guards.check_batch_statistics(tiny_cfg, values, layouts)
+        guards.check_batch_statistics(tiny_cfg, norms.factory(norm), values, layouts)

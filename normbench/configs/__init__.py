@@ -24,6 +24,12 @@ def store_configs() -> None:
         store.store(group="model", name=name, node={"name": name, **defaults})
     for name, options in norm_defaults().items():
         store.store(group="norm", name=name, node={"name": name, **options})
+    # Your own norms: `custom` names its class by norm.target; an installed package's (its entry points,
+    # read without importing it) by name. Their options are norm.options, which the schema leaves open.
+    from normbench.norms.user import CUSTOM, entry_point_names
+
+    for name in [CUSTOM, *entry_point_names()]:
+        store.store(group="norm", name=name, node={"name": name})
 
 
 def norm_defaults() -> dict[str, dict[str, object]]:

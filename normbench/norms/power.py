@@ -101,7 +101,7 @@ class PowerNorm(nn.Module):
 @register(NormSpec(
     name="pn", full_name="PowerNorm",
     stats_over="batch (+H,W / +real tokens) per channel, quadratic mean only, running value in the forward",
-    batch_dependent=False, params="scale and shift per channel",
+    batch_dependent=False, params="scale and shift per channel", exact_gradient=False,
     paper="Shen et al. 2020, arXiv 2003.07845",
 ))
 def build_pn(num_features: int, layout: str, *, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,

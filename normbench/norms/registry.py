@@ -82,6 +82,9 @@ class NormSpec:
     linear: Callable[..., nn.Module] = nn.Linear
     conv2d: Callable[..., nn.Module] = nn.Conv2d
     build: Callable[..., nn.Module] | None = None  # build(num_features, layout, **options)
+    # False where the backward is by design not the forward's derivative (Batch Renorm's r and d held
+    # constant; PowerNorm's backward through its running statistics): `norms check` skips gradcheck then.
+    exact_gradient: bool = True
 
     @property
     def layouts(self) -> tuple[str, ...]:

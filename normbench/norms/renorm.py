@@ -197,7 +197,7 @@ class BatchRenorm(batch_stats.BatchStatistics, _BatchNorm):
 @register(NormSpec(
     name="brn", full_name="Batch Renormalization",
     stats_over="batch or ghost batch (like BN), corrected toward the running stats (r, d)",
-    batch_dependent=True, params="scale, shift per channel",
+    batch_dependent=True, params="scale, shift per channel", exact_gradient=False,
     paper="Ioffe 2017, arXiv 1702.03275",
 ))
 def build_brn(num_features: int, layout: str, *, eps: float = 1e-5, momentum: float = 0.1,

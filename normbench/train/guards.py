@@ -1,7 +1,7 @@
 """Checks that stop a run before any work, and what `resume=true` finds in a run directory.
 
     check_writable(run_dir)                     # UserError if results could not be saved there
-    check_batch_statistics(cfg, values, layouts) # UserError for BatchNorm at one value per channel
+    check_batch_statistics(cfg, make, values, layouts) # UserError for BatchNorm at one value per channel
     finished = finished_results(run_dir, config) # the results of a finished run, or None to train
 
 The runner calls these; each failure is a `UserError` (one line: what is wrong, how to fix it).
@@ -41,16 +41,17 @@ def check_writable(run_dir: Path) -> None:
                         "point hydra.run.dir (hydra.sweep.dir with -m) at a writable directory") from None
 
 
-def check_batch_statistics(cfg: Config, values_per_channel: int | None, layouts: set[str]) -> None:
-    """A batch-dependent norm that sees one value per channel in a training batch (linear layers or
-    per-time-step statistics at batch_size=1) has variance 0 and learns nothing (PyTorch's BatchNorm
-    refuses it). `values_per_channel` is the fewest any norm layer sees, measured on a real batch."""
-    spec = norms.get(cfg.norm.name)
+def check_batch_statistics(cfg: Config, make: norms.NormFactory, values_per_channel: int | None,
+                           layouts: set[str]) -> None:
+    """A batch-dependent norm (what `make` builds) that sees one value per channel in a training batch (linear
+    layers or per-time-step statistics at batch_size=1) has variance 0 and learns nothing (PyTorch's
+    BatchNorm refuses it). `values_per_channel` is the fewest any norm layer sees, measured on a real batch."""
+    spec = make.spec
     if not spec.batch_dependent or values_per_channel is None or values_per_channel > 1:
         return
     where = "per-time-step statistics" if cfg.model.placement == "recurrent" else "linear layers"
     free = norms.batch_free_names(layouts)
-    raise UserError(f"{cfg.norm.name} normalizes each channel over the batch, and at batch_size=1 the "
+    raise UserError(f"{make.name} normalizes each channel over the batch, and at batch_size=1 the "
                     f"{cfg.model.name}'s {where} give it one value per channel (zero variance)",
                     f"use batch_size=2 or more, or a batch-independent norm: {', '.join(free)}")
 

@@ -41,12 +41,13 @@ DISCRETE = {"norm.name": norms.names, "model.name": models.names, "data.name": d
 
 
 def norm_options(cfg: NormConfig) -> dict[str, Any]:
-    """The options to pass to `norms.create`: those the user (or the norm's defaults, the `norm` group) set."""
-    skip = {"name", "track_stats", "track_every"}
+    """The options to pass to `norms.create`: those the user (or the norm's defaults, the `norm` group) set,
+    a user's norm's own (`norm.options`) among them."""
+    skip = {"name", "track_stats", "track_every", "target", "options"}
     opts = {k: v for k, v in asdict(cfg).items() if k not in skip and v is not None}
     if opts.get("impl") == "native":
         opts.pop("impl")
-    return opts
+    return {**opts, **cfg.options}
 
 
 def validate(cfg: Config, regime=None) -> None:
@@ -105,7 +106,7 @@ def setup(cfg: Config, regime=None) -> tuple[torch.device, norms.NormFactory]:
     its norm), set threads and the CPU's handling of subnormal floats (process-wide: a later run in the
     process sets its own), pick the device."""
     validate(cfg, regime)
-    make = norms.factory(cfg.norm.name, **norm_options(cfg.norm))
+    make = norms.factory(cfg.norm.name, target=cfg.norm.target, **norm_options(cfg.norm))
     models.validate(cfg.model, make)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -121,7 +122,7 @@ def build_model(cfg: Config, make: norms.NormFactory, splits: data.Splits, devic
     torch.manual_seed(cfg.seed)
     model = models.create(cfg.model, make, splits.shape, splits.num_classes).to(device)
     values, layouts = models.norm_values_per_channel(model, splits.train_x[:cfg.batch_size])
-    guards.check_batch_statistics(cfg, values, layouts)
+    guards.check_batch_statistics(cfg, make, values, layouts)
     results.update(device=str(device), torch_threads=torch.get_num_threads(), norm_values_per_channel=values,
                    batch_dependent=not regimes.default.batch_free(model), lr_effective=cfg.lr)
     return model
