@@ -40,7 +40,8 @@ def _args(argv: list[str]) -> argparse.Namespace:
         "rounds of seeds, a look at the family after each, lr grids widened at their edges, later rounds only "
         "for the claims still undecided. Prints the plan and its estimated time first; run it again to resume.",
         epilog="settings can also be given as key=value: scale=quick budget=2h out=DIR jobs=2")
-    p.add_argument("studies", nargs="*", help=f"shipped studies ({', '.join(spec.names())}) or all (default)")
+    p.add_argument("studies", nargs="*", help=f"shipped studies ({', '.join(spec.names())}), all (default), or "
+                   "the path of a study file of your own (docs/examples/my_study.yaml)")
     p.add_argument("--scale", default="laptop", help="quick (minutes) | laptop (the record) | full (as shipped); "
                    "normbench/study/plans/<name>.yaml sizes each (default: laptop)")
     p.add_argument("--budget", default=None, help="stop before a round that would not fit, e.g. 2h (default: none)")
@@ -133,6 +134,8 @@ def main(argv: list[str]) -> int:
     studies = spec.resolve(args.studies)
     for s in studies:
         s.sweeps_at(args.scale)  # an unknown scale fails before anything runs
+        if s.source is not None:  # a norm module beside the study file is found by the plan and every job
+            _beside(s.source.parent)
     study = Rounds(studies, args.scale, args.out, args.jobs, parse_budget(args.budget), protocol=args.protocol)
     estimates = plan(study)
     spent = study.state.spent
@@ -151,17 +154,26 @@ def main(argv: list[str]) -> int:
         return 130
     print(f"stopped: {why}; trained {hms(study.state.spent)} in all ("
           + ", ".join(f"round {k}: {hms(v)}" for k, v in study.state.seconds.items()) + ")")
+    own = {"claims_file": study.claims_file} if study.claims_file is not None else {"protocol": study.proto}
     for s in studies:
         if (args.out / s.name).is_dir():
             summarize(args.out / s.name, args.out / s.name / "summary", console=_quiet(),
-                      select=selection(args.out / s.name), protocol=study.proto)
-    files = summarize(args.out, args.out / "summary", select=selection(args.out), protocol=study.proto)
+                      select=selection(args.out / s.name), **own)
+    files = summarize(args.out, args.out / "summary", select=selection(args.out), **own)
     print("wrote " + ", ".join(str(f) for f in files.values()))
     if study.failed:
         print(f"normbench: error: {len(study.failed)} job(s) failed: {'; '.join(study.failed)}; run the same "
               "command again to retry them", file=sys.stderr)
         return 1
     return 0
+
+
+def _beside(folder: Path) -> None:
+    """Put `folder` first on this process's import path and on its jobs' (PYTHONPATH)."""
+    import os
+
+    sys.path.insert(0, str(folder))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
 
 
 def _quiet():

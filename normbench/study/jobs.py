@@ -40,7 +40,7 @@ class Job:
 
     @property
     def study_experiment(self) -> str:
-        return next(o.split("=", 1)[1] for o in self.overrides if o.startswith("experiment="))
+        return next((o.split("=", 1)[1] for o in self.overrides if o.startswith("experiment=")), "")
 
     @property
     def members_per_seed(self) -> int:

@@ -77,11 +77,13 @@ class State:
 
 def declared_claims(study: spec.Study):
     """Every claim `study`'s experiment declares, primary and exploratory (claims.parse, as summarize reads
-    them)."""
+    them); a study file's, as a --claims file's (claims.load_file)."""
     import yaml
 
-    from normbench.summary.claims import parse
+    from normbench.summary.claims import load_file, parse
 
+    if study.source is not None:
+        return load_file(study.source).claims
     path = spec.EXPERIMENTS / f"{study.experiment}.yaml"
     return parse(yaml.safe_load(path.read_text()).get("claims"), str(path), study.experiment)
 
@@ -105,7 +107,12 @@ class Rounds:
                  say=print, protocol: Path | None = None):
         self.studies, self.scale, self.out = studies, scale, Path(out)
         self.workers, self.budget, self.say = max(1, workers), budget, say
-        self.proto = protocols.load() if protocol is None else protocols.load(Path(protocol))
+        # a study file's claims are a family of their own, under the protocol it declares
+        self.claims_file = studies[0].source if len(studies) == 1 else None
+        if self.claims_file is not None and protocol is not None:
+            raise UserError(f"{self.claims_file} declares its own protocol", "drop protocol=, or edit the file's protocol:")
+        self.proto = (_own_protocol(self.claims_file) if self.claims_file is not None else
+                      protocols.load() if protocol is None else protocols.load(Path(protocol)))
         fixed = {k: v for k, v in self.proto.describe().items() if k in ("alpha", "looks", "spending", "widen_limit")}
         self.state = State.open(self.out, [s.name for s in studies], scale, fixed)
         self.calibrations = Calibrations(self.out / "calibration.json", say)
@@ -251,6 +258,8 @@ class Rounds:
         --select lr` prints)."""
         from normbench.summary.summarize import compute
 
+        if self.claims_file is not None:
+            return compute(self.out, select=selection(self.out), claims_file=self.claims_file)
         return compute(self.out, select=selection(self.out), protocol=self.proto)
 
     def widen(self, index: int) -> None:
@@ -356,6 +365,15 @@ class Rounds:
             s, (lo, hi) = r.claim.scale, r.ci or (math.nan, math.nan)
             self.say(f"  {r.verdict}: {r.claim.study} · {r.claim.name}: {s * r.estimate:+.1f} "
                      f"[{s * lo:+.1f}, {s * hi:+.1f}] over {r.n} pairs")
+
+
+def _own_protocol(path: Path):
+    """A study file's protocol (claims.load_file), with protocol.yaml's widening limit."""
+    from dataclasses import replace
+
+    from normbench.summary.claims import load_file
+
+    return replace(load_file(path).protocol, widen_limit=protocols.load().widen_limit)
 
 
 def selection(root: Path) -> str | None:

@@ -1,6 +1,7 @@
 """A shipped study as data: its experiment, the sweeps its tables and claims read, and its sizes.
 
     study = load("ghost_batch")                     # normbench/study/plans/ghost_batch.yaml
+    study = load("my_study.yaml")                   # a study of your own, in one file (docs/examples/my_study.yaml)
     study.sweeps_at("laptop")                       # {"bn": [overrides...], ...}: a scale's sweeps, its sizes appended
     jobs(study.sweeps_at("laptop")["bn"])           # the sweep's jobs, one override list each (Hydra's order)
 
@@ -8,6 +9,11 @@ Every size a study runs at is a scale in its file (quick: a smoke run of the who
 the record was trained at on a 2-core machine; full: the experiment as shipped), so no size lives in a shell
 variable: `normbench study ghost_batch scale=laptop --plan` prints the `normbench train -m` command of each
 sweep. The seeds are not a study's: the protocol's rounds choose them (normbench/configs/protocol.yaml).
+
+A study file of your own holds in one file what a shipped study spreads over its experiment and its plan:
+`experiment:` (the overrides every run shares), `sweeps:`, `scales:`, `claims:` (their own family, as a
+--claims file's: confirmatory unless `role: exploratory`) and, optionally, `protocol:` (looks, alpha,
+spending; protocol.yaml's looks when it declares none, since a study trains its seeds in rounds).
 """
 
 from __future__ import annotations
@@ -31,24 +37,26 @@ COMMON = ["threads=1", "progress=false", "tensorboard=false"]
 @dataclass(frozen=True)
 class Study:
     name: str
-    experiment: str
+    experiment: str | None  # the shipped experiment (configs/experiment/); None for a study file
     sweeps: dict[str, list[str]]
     scales: dict[str, dict] = field(default_factory=dict)
+    source: Path | None = None  # a study file: its claims are their own family, under its protocol
+    overrides: tuple[str, ...] = ()  # a study file's `experiment:`, what every run of it shares
 
     def sweeps_at(self, scale: str) -> dict[str, list[str]]:
         """Each sweep's overrides at `scale`: the experiment, the sweep (or the scale's replacement of it;
         a sweep the scale sets to null is not run), the scale's sizes, and COMMON."""
         if scale not in self.scales:
-            raise UserError(f"study {self.name} has no scale {scale!r}",
-                            f"choose one of: {', '.join(self.scales)} (normbench/study/plans/{self.name}.yaml)")
+            where = self.source or f"normbench/study/plans/{self.name}.yaml"
+            raise UserError(f"study {self.name} has no scale {scale!r}", f"choose one of: {', '.join(self.scales)} ({where})")
         at = self.scales[scale] or {}
         replaced = at.get("sweeps") or {}
+        shared = [f"experiment={self.experiment}"] if self.experiment else list(self.overrides)
         out = {}
         for name, overrides in self.sweeps.items():
             overrides = replaced.get(name, overrides)
             if overrides is not None:
-                out[name] = [f"experiment={self.experiment}", *map(str, overrides),
-                             *map(str, at.get("overrides") or []), *COMMON]
+                out[name] = [*shared, *map(str, overrides), *map(str, at.get("overrides") or []), *COMMON]
         return out
 
 
@@ -56,7 +64,14 @@ def names() -> list[str]:
     return sorted(p.stem for p in STUDIES.glob("*.yaml"))
 
 
+def is_file(name: str) -> bool:
+    """Does `name` on the command line name a study file (a path) rather than a shipped study?"""
+    return name.endswith((".yaml", ".yml")) or "/" in name
+
+
 def load(name: str) -> Study:
+    if is_file(name):
+        return load_file(Path(name))
     path = STUDIES / f"{name}.yaml"
     if not path.is_file():
         raise UserError(f"no study named {name!r}", f"choose from: {', '.join(names())}, or all")
@@ -65,9 +80,39 @@ def load(name: str) -> Study:
                  raw.get("scales") or {"full": {}})
 
 
+FILE_KEYS = ("name", "experiment", "sweeps", "scales", "claims", "protocol")
+
+
+def load_file(path: Path) -> Study:
+    """A study file of your own (the module docstring); a UserError naming the file for what is wrong."""
+    if not path.is_file():
+        raise UserError(f"no study file {path}", "give the path of a study file (docs/examples/my_study.yaml)")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})", "fix the file") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("sweeps"), dict) or not raw["sweeps"]:
+        raise UserError(f"{path}: a study file needs `sweeps:`, a mapping of sweep names to overrides",
+                        "see docs/examples/my_study.yaml")
+    if unknown := sorted(set(raw) - set(FILE_KEYS)):
+        raise UserError(f"{path}: unknown key(s) {', '.join(unknown)}", f"use {', '.join(FILE_KEYS)}")
+    if not raw.get("claims"):
+        raise UserError(f"{path}: no claims", "a study decides claims: declare them under `claims:`")
+    shared = raw.get("experiment") or []
+    if not isinstance(shared, list) or not all(isinstance(o, str) and "=" in o for o in shared):
+        raise UserError(f"{path}: experiment must be a list of key=value overrides", "e.g. experiment: [model=mlp, epochs=1]")
+    sweeps = {k: [str(o) for o in v] for k, v in raw["sweeps"].items()}
+    return Study(str(raw.get("name") or path.stem), None, sweeps, raw.get("scales") or {"full": {}},
+                 source=path.resolve(), overrides=tuple(shared))
+
+
 def resolve(requested: list[str]) -> list[Study]:
-    """The studies named on the command line (`all`: every shipped one), each once."""
+    """The studies named on the command line (`all`: every shipped one), each once; a study file alone."""
     wanted = names() if "all" in requested or not requested else list(dict.fromkeys(requested))
+    files = [n for n in wanted if is_file(n)]
+    if files and len(wanted) > 1:
+        raise UserError(f"{files[0]} is a study file with claims of its own family, run with other studies",
+                        "run a study file on its own: normbench study PATH.yaml")
     return [load(n) for n in wanted]
 
 

@@ -257,12 +257,14 @@ class ClaimsFile:
 
 
 FILE_KEYS = ("claims", "protocol")  # a --claims file that is a mapping
+STUDY_KEYS = ("name", "experiment", "sweeps", "scales")  # ... or a study file (normbench.study.spec), read for its claims
 
 
 def load_file(path) -> ClaimsFile:
     """A --claims file: a YAML list of claims, or a mapping with a `claims:` list and, optionally, the
     `protocol:` its family is tested under (protocol.of_claims_file). Its claims are primary unless they
-    say `role: exploratory`."""
+    say `role: exploratory`. A study file (`sweeps:` among its keys) trains its seeds in rounds, so its
+    looks default to protocol.yaml's."""
     import yaml
 
     from normbench.summary import protocol
@@ -274,12 +276,16 @@ def load_file(path) -> ClaimsFile:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
         raise UserError(f"--claims {path}: not valid YAML ({str(e).splitlines()[0]})", "fix the file") from None
-    if isinstance(raw, dict) and (unknown := sorted(set(raw) - set(FILE_KEYS))):
+    study = isinstance(raw, dict) and "sweeps" in raw
+    if isinstance(raw, dict) and (unknown := sorted(set(raw) - set(FILE_KEYS) - set(STUDY_KEYS if study else ()))):
         raise UserError(f"--claims {path}: unknown key(s) {', '.join(unknown)}",
                         "give `claims:` (a list of claims) and, optionally, `protocol:` (alpha, looks, spending)")
     found = parse(raw.get("claims") if isinstance(raw, dict) else raw, str(path), default_role="primary")
     family = [c.key for c in found if c.role == "primary"]
-    own = protocol.of_claims_file(raw.get("protocol") if isinstance(raw, dict) else None, path.name, family)
+    declared = raw.get("protocol") if isinstance(raw, dict) else None
+    if study and isinstance(declared or {}, dict) and "looks" not in (declared or {}):
+        declared = {**(declared or {}), "looks": list(protocol.shipped_looks())}
+    own = protocol.of_claims_file(declared, path.name, family)
     return ClaimsFile(found, own)
 
 

@@ -164,6 +164,13 @@ def load(path: Path = PATH, experiments: Path = EXPERIMENTS) -> Protocol:
 OWN_KEYS = ("alpha", "looks", "spending")  # what a --claims file's `protocol:` may declare
 
 
+def shipped_looks(path: Path = PATH) -> tuple[int, ...]:
+    """The pairs at each look protocol.yaml declares (its numbers only: no experiment is read)."""
+    import yaml
+
+    return tuple((yaml.safe_load(Path(path).read_text()) or {}).get("looks", (3, 5, 10)))
+
+
 def of_claims_file(raw: Any, source: str, family) -> Protocol:
     """The protocol of a --claims file's own family (`family`: its confirmatory claims' keys): the file's
     `protocol:` mapping (protocol.yaml's alpha, looks, spending; any it leaves out at protocol.yaml's

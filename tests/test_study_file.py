@@ -1,0 +1,86 @@
+"""A study of your own from one file: `normbench study PATH.yaml` plans, trains in rounds and decides its
+claims as a family of their own, from any folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import REPO, normbench_cli, requires_real_data
+from normbench.errors import UserError
+from normbench.study import rounds, spec
+
+EXAMPLE = REPO / "docs/examples/my_study.yaml"
+
+
+def test_the_example_study_file_is_a_study_with_its_own_family_and_protocol():
+    """Reference: docs/examples/my_study.yaml as written: its sweeps with its `experiment:` overrides in
+    front and the scale's sizes after, its two primary claims the family (the exploratory one left out),
+    its declared looks [3, 5] and α 0.05, and no shipped experiment."""
+    study = spec.load(str(EXAMPLE))
+    assert study.name == "my_study" and study.experiment is None and study.source == EXAMPLE.resolve()
+    mine = study.sweeps_at("quick")["mine"]
+    assert mine[:2] == ["model=mlp", "model.hidden=64"] and "norm.target=my_norm:ScaleNorm" in mine
+    assert "max_steps=150" in mine and mine[-3:] == spec.COMMON
+    assert [c.name for c in rounds.primary_claims(study)] == ["ScaleNorm beats BN at batch 2 (MLP)",
+                                                              "ScaleNorm is within 2 points of LN at batch 32 (MLP)"]
+    from normbench.summary.claims import load_file
+
+    proto = load_file(EXAMPLE).protocol
+    assert proto.looks == (3, 5) and proto.alpha == 0.05 and len(proto.family) == 2
+
+
+def test_a_study_file_without_looks_takes_the_shipped_looks(tmp_path):
+    """Reference: normbench/configs/protocol.yaml's looks (a study trains its seeds in rounds, so it needs
+    them), while a --claims file without looks is one look at every seed (protocol.of_claims_file)."""
+    from normbench.summary import protocol
+    from normbench.summary.claims import load_file
+
+    text = EXAMPLE.read_text().replace("protocol: {looks: [3, 5], alpha: 0.05}", "protocol: {alpha: 0.01}")
+    (tmp_path / "s.yaml").write_text(text)
+    proto = load_file(tmp_path / "s.yaml").protocol
+    assert proto.looks == protocol.shipped_looks() and proto.alpha == 0.01
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda t: t.replace("sweeps:", "sweps:"), "a study file needs `sweeps:`"),
+    (lambda t: t + "\nseeds: [0, 1]\n", "unknown key(s) seeds"),
+    (lambda t: t.replace("  - model=mlp\n", "  - model mlp\n"), "experiment must be a list of key=value"),
+    (lambda t: t[:t.index("claims:")], "no claims"),
+])
+def test_a_broken_study_file_is_one_line(tmp_path, change, message):
+    """Reference: docs/reliability.md: a user's mistake is one line saying what and how to fix it."""
+    (tmp_path / "s.yaml").write_text(change(EXAMPLE.read_text()))
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        spec.load(str(tmp_path / "s.yaml"))
+
+
+def test_a_study_file_runs_alone():
+    """Reference: the family rule: a study file's claims are their own family, never pooled with the
+    shipped studies' (which share protocol.yaml's)."""
+    with pytest.raises(UserError, match="run a study file on its own"):
+        spec.resolve([str(EXAMPLE), "ghost_batch"])
+
+
+@pytest.mark.slow
+@requires_real_data
+def test_the_example_study_runs_from_its_own_folder_and_decides(tmp_path):
+    """Reference: the protocol (docs/protocol.md) on the example's own family: copied outside the
+    repository with its norm module, `normbench study my_study.yaml scale=quick` plans, trains its rounds
+    and writes a summary whose primary claims carry a verdict from its family ("your claims",
+    my_study.yaml's looks), the exploratory one an estimate only; run again, it trains nothing more."""
+    for name in ("my_study.yaml", "my_norm.py"):
+        shutil.copy(REPO / "docs/examples" / name, tmp_path / name)
+    r = normbench_cli("study", "my_study.yaml", "scale=quick", cwd=tmp_path, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads((tmp_path / "outputs/study/summary/summary.json").read_text())
+    assert summary["protocol"]["name"] == "your claims" and summary["protocol"]["looks"] == [3, 5]
+    verdicts = {c["name"]: c["verdict"] for c in summary["claims"]}
+    primary = [c for c in summary["claims"] if c["role"] == "primary"]
+    assert len(primary) == 2 and all(c["verdict"].split(" ")[0] in ("held", "refuted", "inconclusive") for c in primary)
+    assert verdicts["BN at batch 32 against batch 2 (MLP)"] == "exploratory"
+    state = json.loads((tmp_path / "outputs/study/study.json").read_text())
+    again = normbench_cli("study", "my_study.yaml", "scale=quick", cwd=tmp_path, timeout=300)
+    assert again.returncode == 0 and json.loads((tmp_path / "outputs/study/study.json").read_text())["done"] == state["done"]
