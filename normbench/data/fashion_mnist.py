@@ -59,7 +59,7 @@ def _locate(cfg: DataConfig) -> dict[str, Path]:
     raise UserError(
         f"FashionMNIST not found in {raw} nor in {DEBIAN_DIR}"
         + (", and the download failed" if cfg.download else " (data.download=false)"),
-        "install it offline with `apt-get install dataset-fashion-mnist`, or place the 4 IDX files in "
+        "install it offline with `apt-get update && apt-get install dataset-fashion-mnist`, or place the 4 IDX files in "
         f"{raw}, or allow torchvision to download them (data.download=true, with network)",
     )
 
