@@ -37,6 +37,7 @@ class Choice(str, Enum):
 class Optimizer(Choice):
     adam = "adam"  # AdamW
     sgd = "sgd"
+    muon = "muon"  # torch.optim.Muon on the hidden 2-D weights, AdamW on the rest (train/optim.py)
 
 
 class Schedule(Choice):
@@ -63,6 +64,7 @@ class Placement(Choice):
     pre = "pre"  # Transformer: the norm before each sublayer, inside the residual branch, and a final norm
     post = "post"  # Transformer: the norm after each residual sum (the original Transformer's)
     peri = "peri"  # Transformer: a norm on each sublayer's input and one on its output before the residual add (Peri-LN)
+    mix = "mix"  # Transformer: post in the first model.mix_ratio of the blocks, pre in the rest (Mix-LN)
 
 
 class Tokens(Choice):
@@ -97,13 +99,16 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "mlp": {"hidden": 256, "depth": 2, "dropout": 0.0},
     # Per stage: conv3x3 -> norm -> ReLU -> max-pool; then linear(hidden) -> ReLU -> dropout -> linear.
     "cnn": {"channels": [32, 64], "hidden": 256, "dropout": 0.25},
+    # Stem conv3x3 -> norm -> ReLU; per stage (stride 2 from the second) depth x [conv3x3 -> norm -> ReLU ->
+    # conv3x3 -> norm + skip -> ReLU]; global average pool -> linear (He et al. 2016's CIFAR ResNet; depth 3 is ResNet-20).
+    "resnet": {"channels": [16, 32, 64], "depth": 1, "dropout": 0.0},
     # Image rows as time steps; the norm on each layer's outputs; classify from the last real step.
     # 256 units: 0.860 test accuracy with LN where 128 reached 0.848 (docs/performance.md).
     "rnn": {"hidden": 256, "depth": 1, "cell": "rnn", "placement": "output", "dropout": 0.0},
     # Tokens (rows) -> linear embedding + learned positions -> depth x [attention, MLP] (pre-, post- or peri-norm)
     # -> mean of the real tokens -> linear.
     "transformer": {"hidden": 64, "depth": 4, "heads": 4, "tokens": "rows", "placement": "pre", "qk_norm": "none",
-                    "dropout": 0.0},
+                    "dropout": 0.0, "mix_ratio": 0.25, "layer_scaling": False},
 }
 
 
@@ -111,7 +116,7 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
 class ModelConfig:
     # Options left at null take the model's default from MODEL_DEFAULTS; those a model does not use
     # (an MLP's channels, a CNN's cell) stay null.
-    name: Optional[str] = "mlp"  # mlp | cnn | rnn | transformer
+    name: Optional[str] = "mlp"  # mlp | cnn | resnet | rnn | transformer
     hidden: Optional[int] = None  # MLP width, RNN hidden size, CNN classifier width, Transformer width
     depth: Optional[int] = None  # MLP hidden layers; RNN stacked layers; Transformer blocks
     channels: Optional[List[int]] = None  # CNN channels, one conv stage each
@@ -122,6 +127,8 @@ class ModelConfig:
     tokens: Optional[Tokens] = None  # Transformer tokens: rows | patches
     qk_norm: Optional[str] = None  # Transformer: a batch-free norm on each head's queries and keys (ln, rms, dyt), none = off
     dropout: Optional[float] = None  # dropout before the classifier
+    mix_ratio: Optional[float] = None  # Transformer, placement=mix: the fraction of blocks, the first ones, that are post-LN
+    layer_scaling: Optional[bool] = None  # Transformer: block l's norms on its branches' inputs scaled by 1/sqrt(l) (LayerNorm Scaling)
 
     def __post_init__(self) -> None:
         if self.name is None:  # the schema's unchosen model (see `schema()`): nothing to fill in yet
@@ -246,6 +253,7 @@ class Config:
     lr_scaling: LrScaling = LrScaling.none  # none | linear | sqrt: lr x (batch_size / lr_ref_batch), or its sqrt
     lr_ref_batch: int = 64  # the batch size at which `lr` applies unscaled
     momentum: float = 0.9  # SGD momentum
+    aux_lr: Optional[float] = None  # optimizer=muon: the AdamW group's lr (embeddings, head, gains, biases); null = lr
     weight_decay: float = 0.0  # L2 penalty (decoupled for adam: AdamW)
     schedule: Schedule = Schedule.cosine  # cosine (to 0 over the run, after warmup) | constant
     warmup_steps: int = 0  # linear warmup from 0 to lr

@@ -91,6 +91,9 @@ class Passthrough(nn.Module):
 
 def check(cell: str, placement: str, make) -> None:
     """A cell, a placement and a norm that go together, before any data is read (`models.validate`)."""
+    if placement not in PLACEMENTS:
+        raise UserError(f"model.placement={placement} is a Transformer's; the RNN puts its norm at its output, "
+                        "inside the cell or on W_x x_t", "use model.placement=output, recurrent or input")
     if placement == "recurrent" and cell == "gru":
         raise UserError("recurrent placement is defined for the rnn (Ba et al.) and lstm (Ba et al.; Cooijmans "
                         "et al.) cells, not gru", "use model.cell=rnn or lstm, or model.placement=output")

@@ -28,6 +28,8 @@ nothing reads it.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -64,15 +66,27 @@ def positions_for(table: torch.Tensor, t: int, lengths: torch.Tensor | None) -> 
     return F.pad(table, (0, 0, 0, t - MAX_TOKENS))
 
 
+def placements(placement: str, depth: int, mix_ratio: float | None = None) -> list[str]:
+    """Each block's placement: one for all, or under Mix-LN (Li et al., ICLR 2025, arXiv 2412.13795)
+    post-LN in the first floor(mix_ratio x depth) blocks (0.25 of them by default) and pre-LN in the rest."""
+    if placement != "mix":
+        return [placement] * depth
+    post = math.floor((0.25 if mix_ratio is None else mix_ratio) * depth)
+    return ["post"] * post + ["pre"] * (depth - post)
+
+
 class Block(nn.Module):
     """One encoder block: attention then MLP, each a residual branch with its norm before (pre), after the
-    residual sum (post), or a norm on its input and another on its output before the sum (peri)."""
+    residual sum (post), or a norm on its input and another on its output before the sum (peri). `scale`
+    multiplies the norms on the branches' inputs: 1/sqrt(l) in block l under LayerNorm Scaling (Sun et al.
+    2025, arXiv 2502.05795), 1 otherwise."""
 
     member_axis = True  # its forward indexes from the end: a pack may swap its layers (normbench.pack)
 
-    def __init__(self, width: int, heads: int, make: NormFactory, placement: str = "pre", qk_norm: str = "none"):
+    def __init__(self, width: int, heads: int, make: NormFactory, placement: str = "pre", qk_norm: str = "none",
+                 scale: float = 1.0):
         super().__init__()
-        self.heads, self.placement = heads, placement
+        self.heads, self.placement, self.scale = heads, placement, scale
         self.attn_norm, self.mlp_norm = make(width, "seq"), make(width, "seq")  # pre and peri: on the input
         if placement == "peri":  # on the sublayer's output, before the residual add
             self.attn_out_norm, self.mlp_out_norm = make(width, "seq"), make(width, "seq")
@@ -95,12 +109,13 @@ class Block(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(*lead, t, d))
 
     def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        s = self.scale
         if self.placement == "pre":
-            z = z + self.attend(self.attn_norm(z, mask), mask)
-            return z + self.mlp(self.mlp_norm(z, mask))
+            z = z + self.attend(self.attn_norm(z, mask) * s, mask)
+            return z + self.mlp(self.mlp_norm(z, mask) * s)
         if self.placement == "peri":
-            z = z + self.attn_out_norm(self.attend(self.attn_norm(z, mask), mask), mask)
-            return z + self.mlp_out_norm(self.mlp(self.mlp_norm(z, mask)), mask)
+            z = z + self.attn_out_norm(self.attend(self.attn_norm(z, mask) * s, mask), mask)
+            return z + self.mlp_out_norm(self.mlp(self.mlp_norm(z, mask) * s), mask)
         z = self.attn_norm(z + self.attend(z, mask), mask)
         return self.mlp_norm(z + self.mlp(z), mask)
 
@@ -111,9 +126,14 @@ class Transformer(nn.Module):
     @staticmethod
     def check(cfg: ModelConfig, make: NormFactory) -> None:
         """Its options against each other and the norm, before any data is read (`models.validate`)."""
-        if cfg.placement not in ("pre", "post", "peri"):
-            raise UserError(f"model.placement={cfg.placement} is an RNN's; the transformer puts its norms pre, post "
-                            "or peri", "use model.placement=pre, post or peri")
+        if cfg.placement not in ("pre", "post", "peri", "mix"):
+            raise UserError(f"model.placement={cfg.placement} is an RNN's; the transformer puts its norms pre, post, "
+                            "peri or mix", "use model.placement=pre, post, peri or mix")
+        if cfg.placement == "mix" and not 0 <= (cfg.mix_ratio if cfg.mix_ratio is not None else 0.25) <= 1:
+            raise UserError(f"model.mix_ratio={cfg.mix_ratio} is not a fraction of the blocks", "use e.g. model.mix_ratio=0.25")
+        if cfg.layer_scaling and cfg.placement == "post":
+            raise UserError("model.layer_scaling scales the norms on the residual branches' inputs, and post-LN has "
+                            "none (its norm is the residual stream itself)", "use model.placement=pre, peri or mix")
         if cfg.hidden % cfg.heads:
             raise UserError(f"model.hidden={cfg.hidden} does not split into model.heads={cfg.heads} heads",
                             f"choose heads that divide {cfg.hidden}, e.g. model.heads=4")
@@ -137,8 +157,10 @@ class Transformer(nn.Module):
             raise UserError(f"{h}x{w} images do not split into {PATCH}x{PATCH} patches", "use model.tokens=rows")
         self.embed = nn.Linear(c * PATCH * PATCH if self.patches else c * w, width)
         self.positions = nn.Parameter(torch.randn(MAX_TOKENS, width) * 0.02)
-        self.blocks = nn.ModuleList(Block(width, heads, make, str(cfg.placement), qk_norm) for _ in range(cfg.depth))
-        self.final = make(width, "seq") if cfg.placement in ("pre", "peri") else cells.Passthrough()
+        places = placements(str(cfg.placement), cfg.depth, cfg.mix_ratio)
+        scales = [1 / math.sqrt(layer) if cfg.layer_scaling else 1.0 for layer in range(1, cfg.depth + 1)]
+        self.blocks = nn.ModuleList(Block(width, heads, make, p, qk_norm, s) for p, s in zip(places, scales))
+        self.final = make(width, "seq") if places and places[-1] in ("pre", "peri") else cells.Passthrough()
         self.dropout = nn.Dropout(cfg.dropout)
         self.head = nn.Linear(width, num_classes)
 

@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from normbench.config import Config, PackConfig, PackMode
+from normbench.config import Config, Optimizer, PackConfig, PackMode
 from normbench.errors import UserError
 from normbench.results import PACK
 from normbench.train.device import pick_device
@@ -56,6 +56,9 @@ def validate_pack(cfg: Config) -> None:
     if cfg.norm.track_stats:
         raise UserError("norm.track_stats hooks one run's norm layers, not a pack's",
                         "run the member you want to watch on its own (seed=..., no pack.seeds)")
+    if cfg.optimizer == Optimizer.muon and cfg.pack.mode == PackMode.packed:
+        raise UserError("optimizer=muon orthogonalizes each member's own weight matrices, which a packed model "
+                        "stacks", "use pack.mode=auto or sequential: Muon's members train one after another")
 
 
 def members(cfg: Config) -> list[tuple[str, Config]]:
@@ -194,7 +197,9 @@ def decide(cfg: Config, run_dir: Path, device: str | None = None) -> Plan:
             log.info("pack.mode=auto on %s packs every member together (no packing limits were measured on this "
                      "kind of device: scripts/gpu_check.sh writes CUDA's; set pack.mode=sequential to train "
                      "members one after another)", device)
-        mode = PackMode.packed if rule.faster(cfg.batch_size) else PackMode.sequential
+        # Muon orthogonalizes each member's matrices: stacked (S, ...) they are not one matrix to it
+        packs = rule.faster(cfg.batch_size) and cfg.optimizer != Optimizer.muon
+        mode = PackMode.packed if packs else PackMode.sequential
     if mode == PackMode.sequential:
         return Plan(pack, [Group(m, [k], run_dir / name, PackRule(None, None, 1))
                            for k, (name, m) in enumerate(pack)], mode)

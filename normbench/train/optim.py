@@ -1,7 +1,7 @@
 """The optimizer, its learning rate, and how that rate follows the step and the batch size.
 
     opt = make_optimizer(model, cfg)            # AdamW or SGD, one fused kernel for all parameters
-    opt = make_member_optimizer(model, cfgs)    # ... or a pack's, its members with their own lrs
+    opt = make_member_optimizer(model, cfgs)    # ... or a pack's, its members with their own lrs; or Muon's
     lr_at = make_schedule(cfg, total_steps)     # step -> lr: warmup, then cosine or constant
     base = scaled_lr(cfg)                       # cfg.lr scaled from lr_ref_batch to batch_size
 """
@@ -16,6 +16,7 @@ from torch import nn
 
 from normbench.config import Config, LrScaling, Optimizer, Schedule
 from normbench.pack.optim import MemberLR
+from normbench.train.muon import MuonAdamW
 
 
 def scaled_lr(cfg: Config) -> float:
@@ -53,8 +54,12 @@ def make_schedule(cfg: Config, total_steps: int) -> Callable[[int], float]:
 
 
 def make_member_optimizer(model: nn.Module, cfgs: list[Config]) -> torch.optim.Optimizer:
-    """The optimizer of a model's members (`cfgs[k]` is member k's): torch's fused one when they share
-    one lr (a plain run always), `MemberLR` when a pack's members have their own."""
+    """The optimizer of a model's members (`cfgs[k]` is member k's): Muon with AdamW for one member
+    (`optimizer=muon`: a pack of several trains them one after another, pack.plan), torch's fused one when
+    they share one lr (a plain run always), `MemberLR` when a pack's members have their own."""
+    if cfgs[0].optimizer == Optimizer.muon:
+        (net,) = model.member_models  # pack.plan never packs Muon's members: its matrices are each member's
+        return MuonAdamW(net, cfgs[0])
     if len({c.lr for c in cfgs}) == 1:
         return make_optimizer(model, cfgs[0])
     return MemberLR(model, len(cfgs), cfgs[0])
@@ -62,7 +67,7 @@ def make_member_optimizer(model: nn.Module, cfgs: list[Config]) -> torch.optim.O
 
 def set_lrs(opt: torch.optim.Optimizer, lrs: list[float]) -> None:
     """This step's learning rate, one per member."""
-    if isinstance(opt, MemberLR):
+    if isinstance(opt, (MemberLR, MuonAdamW)):
         opt.set_lrs(lrs)
         return
     for group in opt.param_groups:
