@@ -207,12 +207,20 @@ def explain(e: BaseException, overrides: list[str] = ()) -> UserError | None:
     return None
 
 
+def parse_overrides(overrides: list[str]) -> list:
+    """Command-line overrides as Hydra reads them: its `Override`s (key_or_group, is_add(), is_force_add(),
+    is_sweep_override(), sweep_iterator()); a malformed one raises hydra.errors.OverrideParseException.
+    Hydra's parser is no documented API, but what its own launchers and sweepers call: it is called here
+    only, and tests/test_private_apis.py checks what normbench reads of it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_overrides(overrides)
+
+
 def check_added_keys(overrides: list[str]) -> None:
     """Refuse `+key=value` for a key the schema lacks: Hydra would add it, and the typed config
     would then drop it without a word (Hydra's own message even suggests `+batchsize=8`)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    for o in OverridesParser.create().parse_overrides(overrides):
+    for o in parse_overrides(overrides):
         key = o.key_or_group.replace("/", ".")
         if (o.is_add() or o.is_force_add()) and not key.startswith("hydra") and not key_exists(key):
             raise unknown_key(key, _value_of(key, overrides))

@@ -1,5 +1,6 @@
 """summary.html: self-contained (nothing from the network, no script), and what a real browser renders
-from it: headless Chromium's DOM holds the tables, the paired comparisons and the inline SVG figures."""
+from it: headless Chromium's DOM holds the tables, the paired comparisons and the inline SVG figures. The
+page is a Jinja2 template shipped as package data, autoescaped: text from a run stays text."""
 
 import re
 import shutil
@@ -10,7 +11,8 @@ import pytest
 import yaml
 from test_summarize import _summarize, sleep_sweep, small_batch_sweep
 
-from normbench.summary.summarize import summarize
+from normbench.summary.show import html_report
+from normbench.summary.summarize import compute, summarize
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
@@ -71,3 +73,34 @@ def test_claims_open_the_page(tmp_path):
     assert [v for v in ("held", "refuted", "inconclusive") if f'class="v-{v}"' in first] == ["held", "refuted",
                                                                                             "inconclusive"]
     assert '<figure id="claims">' in html  # the forest plot of the claims
+
+
+def test_text_from_runs_is_escaped_and_figures_are_markup(tmp_path):
+    """Reference: the HTML standard's escapes (markupsafe's spelling: &lt; &gt; &amp; &#34; &#39;): a value
+    the runs give, here a norm's name and a varied key's values holding markup and quotes, appears as text,
+    never as a tag; a figure's SVG, markup by construction, appears as it was given."""
+    small_batch_sweep(tmp_path)
+    s = compute(tmp_path)
+    s.ref = "<script>alert('x')</script>"
+    s.varied = {"norm": ['bn & "gn"', "<b>ln</b>"]}
+    html = html_report.to_html(s, {"sweep": '<svg id="fig"><text>a &amp; b</text></svg>'})
+    assert "<script" not in html and "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in html
+    assert "<dt>norm</dt><dd>bn &amp; &#34;gn&#34;, &lt;b&gt;ln&lt;/b&gt;</dd>" in html
+    assert '<figure id="sweep"><svg id="fig"><text>a &amp; b</text></svg><figcaption' in html
+
+
+def test_template_ships_as_package_data():
+    """Reference: setuptools' package-data globs (pyproject.toml), relative to the normbench package: one
+    of them names the template the page is rendered from, so an installed wheel has it."""
+    import fnmatch
+    from pathlib import Path
+
+    import normbench
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+
+    package = Path(normbench.__file__).parent
+    template = package / "summary" / "show" / "templates" / "report.html.j2"
+    assert template.is_file()
+    globs = tomllib.loads((package.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert any(fnmatch.fnmatch(template.relative_to(package).as_posix(), g) for g in globs["normbench"])

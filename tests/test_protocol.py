@@ -94,16 +94,6 @@ def test_vectorized_tests_match_scipy_and_enumeration():
         assert b == pytest.approx(min(1, 2 * min(one(row, 0.5, "greater"), one(row, -0.5, "less"))), rel=1e-9)
 
 
-def test_holm_adjust_matches_holm_by_hand():
-    """Reference: stats.holm (Holm 1979 worked by hand in tests/test_stats.py), row by row."""
-    rng = np.random.default_rng(4)
-    p = rng.uniform(0, 0.2, size=(25, 8))
-    p[3, :3] = 0.01  # ties
-    adjusted = stats.holm_adjust(p)
-    for row, got in zip(p, adjusted):
-        assert got == pytest.approx(stats.holm(list(row)), abs=1e-15)
-
-
 # --- a look ---------------------------------------------------------------------------------------------
 
 def _proto(members, **kw):

@@ -1,11 +1,11 @@
 """normbench.summary.stats against published values: a t-table quantile, R's paired t-test on Student's sleep
-data, Holm's adjusted p-values worked by hand, and scipy.stats for the general case."""
+data, Holm's adjusted p-values worked by hand, and for the general case the t distribution written out from
+the regularized incomplete beta function (scipy.stats computes the statistics, so it is no reference)."""
 
 import math
 import statistics
 
 import pytest
-from scipy import stats as scipy_stats
 
 from normbench.summary import stats
 
@@ -22,12 +22,30 @@ def test_t_interval_matches_the_t_table():
     assert lo == pytest.approx(0.61 - half, abs=1e-12) and hi == pytest.approx(0.61 + half, abs=1e-12)
 
 
+def t_sf(t: float, df: int) -> float:
+    """P(T > t) for Student's t, written out (Abramowitz & Stegun 26.7.1): 1/2 I_(df/(df+t^2))(df/2, 1/2)
+    for t >= 0, I the regularized incomplete beta function."""
+    from scipy.special import betainc
+
+    tail = 0.5 * float(betainc(df / 2, 0.5, df / (df + t * t)))
+    return tail if t >= 0 else 1.0 - tail
+
+
 @pytest.mark.parametrize("values", [[1.0, 2.0], [0.81, 0.84, 0.8, 0.86, 0.83], list(range(30))])
-def test_t_interval_matches_scipy(values):
-    """Reference: scipy.stats.t.interval(0.95, n - 1, mean, sem)."""
-    expected = scipy_stats.t.interval(0.95, len(values) - 1, loc=statistics.fmean(values),
-                                      scale=scipy_stats.sem(values))
-    assert stats.t_interval(values) == pytest.approx(expected, rel=1e-12)
+def test_t_interval_bounds_are_where_the_one_sided_tests_reach_2_5_percent(values):
+    """Reference: the t-interval by its definition: at each bound, the one-sided t-test of the mean against
+    it has p = (1 - 0.95) / 2, the t distribution's tail written out (t_sf), not scipy.stats."""
+    n, mean = len(values), statistics.fmean(values)
+    se = statistics.stdev(values) / math.sqrt(n)
+    lo, hi = stats.t_interval(values)
+    assert lo < mean < hi and mean - lo == pytest.approx(hi - mean, rel=1e-12)
+    assert t_sf((mean - lo) / se, n - 1) == pytest.approx(0.025, rel=1e-9)
+    assert t_sf((hi - mean) / se, n - 1) == pytest.approx(0.025, rel=1e-9)
+
+
+def test_t_interval_of_equal_values_is_the_point():
+    """Reference: s = 0, so mean ± t * s / sqrt(n) is the mean itself (not scipy's NaN for a scale of 0)."""
+    assert stats.t_interval([0.25, 0.25, 0.25]) == (0.25, 0.25)
 
 
 def test_t_interval_is_undefined_for_one_value():
@@ -41,7 +59,7 @@ def test_paired_matches_r_on_the_sleep_data():
     assert d.n == 10 and d.mean == pytest.approx(-1.58, abs=1e-12)
     assert d.p == pytest.approx(0.002833, abs=5e-7)
     assert d.ci == pytest.approx((-2.4598858, -0.7001142), abs=1e-7)
-    assert d.p == pytest.approx(scipy_stats.ttest_rel(SLEEP_1, SLEEP_2).pvalue, rel=1e-10)
+    assert d.p == pytest.approx(2 * t_sf(4.062127683382037, 9), rel=1e-9)  # t by hand: -1.58 / (1.2299 / sqrt(10))
 
 
 def test_paired_edge_cases():
@@ -49,6 +67,7 @@ def test_paired_edge_cases():
     the most extreme of 2^3 sign patterns on either side, two-sided p = 2/8 (no t statistic, never p = 0);
     a zero one is no evidence (p = 1); one pair has no variance estimate (no p, no interval)."""
     assert stats.paired([1, 2, 3], [0, 1, 2]).p == pytest.approx(0.25)
+    assert stats.paired([1, 2, 3], [0, 1, 2]).ci == (1.0, 1.0)
     assert stats.paired([1, 2, 3], [1, 2, 3]).p == 1.0
     one = stats.paired([0.9], [0.8])
     assert one.p is None and one.ci is None and one.mean == pytest.approx(0.1)
@@ -65,22 +84,60 @@ def test_holm_by_hand():
     assert stats.holm([]) == []
 
 
-def test_t_pvalues_rows_match_scipy_and_constant_rows_get_the_exact_p():
-    """Reference: scipy.stats.ttest_1samp (one-sided) per row; and the exact test's floor by enumeration: a
-    row of three equal positive differences is the most extreme of 2^3 sign patterns, p = 1/8, for 0.1 too,
-    whose float mean (0.30000000000000004 / 3) would leave a t-test an sd of 1e-17 and p = 0."""
+def test_holm_adjust_by_hand_family_by_family():
+    """Reference: Holm (1979) worked by hand, one family per row: [0.01, 0.04, 0.03, 0.005] as above; ties
+    [0.02, 0.02, 0.5, 1.0] sorted times 4, 3, 2, 1 -> 0.08, 0.06 (lifted to 0.08), 1.0, 1.0; [0.3, 0.6, 1.0, 0.2]
+    sorted (0.2, 0.3, 0.6, 1.0) -> 0.8, 0.9, 1.2 (capped at 1), 1.0, back in the input order; None skipped."""
+    import numpy as np
+
+    got = stats.holm_adjust(np.array([[0.01, 0.04, 0.03, 0.005], [0.02, 0.02, 0.5, 1.0], [0.3, 0.6, 1.0, 0.2]]))
+    assert got == pytest.approx(np.array([[0.03, 0.06, 0.06, 0.02], [0.08, 0.08, 1.0, 1.0], [0.9, 1.0, 1.0, 0.8]]),
+                                abs=1e-15)
+    assert stats.holm([0.02, None, 0.02, 0.5, 1.0]) == [pytest.approx(0.08), None, pytest.approx(0.08), 1.0, 1.0]
+
+
+def _t_by_hand(row, margin: float) -> float:
+    """(mean - margin) / (s / sqrt(n)): the one-sample t statistic written out."""
+    return (statistics.fmean(row) - margin) / (statistics.stdev(row) / math.sqrt(len(row)))
+
+
+def test_t_pvalues_rows_match_the_t_tail_and_constant_rows_get_the_exact_p():
+    """Reference: per row, the t statistic written out and the t distribution's tail written out (t_sf):
+    greater: P(T > t), less: P(T < t); TOST: the larger of the two one-sided p's at -margin and +margin. And
+    the exact test's floor by enumeration: a row of three equal positive differences is the most extreme of
+    2^3 sign patterns, p = 1/8, for 0.1 too, whose float mean (0.30000000000000004 / 3) would leave a t-test
+    an sd of 1e-17 and p = 0."""
     import numpy as np
 
     rows = np.array([[0.2, 0.5, -0.1, 0.4], [1.0, 1.1, 0.9, 1.3], [-0.3, 0.1, -0.2, -0.4]])
-    for expect in ("greater", "less"):
+    for expect, tail in (("greater", lambda t: t_sf(t, 3)), ("less", lambda t: t_sf(-t, 3))):
         got = stats.t_pvalues(rows, expect, 0.05)
-        for row, p in zip(rows, got):
-            assert p == pytest.approx(scipy_stats.ttest_1samp(row, 0.05, alternative=expect).pvalue, rel=1e-10)
+        assert got.shape == (3,)
+        for row, p in zip(rows.tolist(), got):
+            assert p == pytest.approx(tail(_t_by_hand(row, 0.05)), rel=1e-9)
+    for row in rows.tolist():
+        tost = max(t_sf(_t_by_hand(row, -0.5), 3), t_sf(-_t_by_hand(row, 0.5), 3))
+        assert stats.t_test(row, "equivalent", 0.5) == pytest.approx(tost, rel=1e-9)
     flat = stats.t_pvalues(np.array([[0.1, 0.1, 0.1], [0.2, 0.5, 0.3]]), "greater")
-    assert flat[0] == 1 / 8 and flat[1] == pytest.approx(scipy_stats.ttest_1samp([0.2, 0.5, 0.3], 0,
-                                                                                 alternative="greater").pvalue)
+    assert flat[0] == 1 / 8 and flat[1] == pytest.approx(t_sf(_t_by_hand([0.2, 0.5, 0.3], 0.0), 2), rel=1e-9)
     assert stats.t_test([0.1, 0.1, 0.1], "greater") == 1 / 8 and stats.t_test([0.1, 0.1, 0.1], "less") == 1.0
     assert list(stats.sign_flip_many(np.array([[1, -2, 3], [1, 2, 3]]), "greater")) == [3 / 8, 1 / 8]
+
+
+def test_bootstrap_interval_written_out():
+    """Reference: the percentile bootstrap by hand: 10,000 resamples drawn as numpy's Generator(seed 0)
+    draws them, their means, and their 2.5% and 97.5% quantiles (np.quantile, linear); scipy's quantile
+    rounds differently in the last bit, hence a relative tolerance of 1e-14. Two values 0 and 1: the resample
+    means are 0, 0.5 and 1 with chances 1/4, 1/2, 1/4, so the interval is [0, 1] exactly."""
+    import numpy as np
+
+    for d in (SLEEP_2, [0.84, 0.85, 0.83, 0.9], [1.0, 2.0]):
+        x = np.asarray(d)
+        means = x[np.random.default_rng(0).integers(0, len(x), size=(10_000, len(x)))].mean(axis=1)
+        assert stats.bootstrap_interval(d) == pytest.approx(tuple(np.quantile(means, [0.025, 0.975])), rel=1e-14)
+    assert stats.bootstrap_interval([0.0, 1.0]) == (0.0, 1.0)
+    assert stats.bootstrap_interval([0.2, 0.2, 0.2]) == (pytest.approx(0.2), pytest.approx(0.2))
+    assert stats.bootstrap_interval([0.2]) is None
 
 
 def test_power_and_pairs_needed_match_g_power():

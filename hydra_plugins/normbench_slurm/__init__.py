@@ -21,11 +21,13 @@ then composes as before, and its launcher, set up for a sweep, stops it with one
 """
 
 
+import logging
 import os
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 from hydra.plugins.launcher import Launcher
@@ -57,6 +59,8 @@ except ModuleNotFoundError as e:  # installed without the `slurm` extra; any oth
 
     SlurmQueueConf, SlurmLauncher = object, _Unavailable  # the classes below are defined on these stand-ins
 
+log = logging.getLogger(__name__)
+
 # What a SIGTERM's job says in `scontrol show job` when SLURM, not a user, ends the task
 SLURM_ENDS = {"Reason=TimeLimit": "at its time limit", "JobState=PREEMPTED": "preempted"}
 
@@ -80,29 +84,49 @@ class NormbenchSlurmLauncher(SlurmLauncher):
         self.max_requeues, self.requeues = max_requeues, 0  # pickled into the task: its count travels along
 
     def launch(self, job_overrides, initial_job_idx):
-        import submitit
-
+        """The sweep's tasks as one job array; once every task has ended, their results, or one TasksFailed
+        naming each task that did not complete."""
         from normbench.errors import TasksFailed
 
-        submit = submitit.AutoExecutor.map_array
+        jobs = self.submit(job_overrides, initial_job_idx)
+        for job in jobs:  # every task of the array ends (its result written, or SLURM says it died)
+            job.wait()
+        errors = [_error(job) for job in jobs]
+        failed = [(initial_job_idx + k, job.job_id, job.state, list(overrides), _why(error, job))
+                  for k, (job, overrides, error) in enumerate(zip(jobs, job_overrides, errors))
+                  if error is not None]
+        if failed:
+            raise TasksFailed(failed, str(self.config.hydra.sweep.dir))
+        return [job.results()[0] for job in jobs]
 
-        def map_array(executor, fn, *iterables):
-            jobs = submit(executor, fn, *iterables)
-            for job in jobs:  # every task of the array ends (its result written, or SLURM says it died)
-                job.wait()
-            errors = [_error(job) for job in jobs]
-            failed = [(initial_job_idx + k, job.job_id, job.state, list(overrides), _why(error, job))
-                      for k, (job, overrides, error) in enumerate(zip(jobs, job_overrides, errors))
-                      if error is not None]
-            if failed:
-                raise TasksFailed(failed, str(self.config.hydra.sweep.dir))
-            return jobs
+    def submit(self, job_overrides, initial_job_idx) -> list:
+        """The sweep's tasks submitted as one job array, as hydra-submitit's SlurmLauncher.launch submits them
+        (the same executor, parameters and task arguments: tests/test_private_apis.py compares the two), its
+        submitit jobs returned. hydra-submitit's launch builds its executor inside and reads each task's
+        result in array order, raising at the first that died, with no way to wait for the others: hence
+        this copy, through submitit's and Hydra's public API."""
+        import submitit
+        from hydra.core.singleton import Singleton
+        from hydra.core.utils import filter_overrides
+        from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+        from omegaconf import OmegaConf
 
-        submitit.AutoExecutor.map_array = map_array  # the parent's launch builds the executor it calls
-        try:
-            return super().launch(job_overrides, initial_job_idx)
-        finally:
-            submitit.AutoExecutor.map_array = submit
+        own = {"submitit_folder", "max_num_timeout"}  # the executor's own keys; the rest are its parameters
+        timeouts = {f"slurm_{k}": v for k, v in self.params.items() if k == "max_num_timeout"}
+        executor = submitit.AutoExecutor(cluster="slurm", folder=self.params["submitit_folder"], **timeouts)
+        shared = set(OmegaConf.structured(BaseQueueConf).keys())  # every cluster's keys keep their names
+        executor.update_parameters(**{k if k in shared else f"slurm_{k}": v for k, v in self.params.items()
+                                      if k not in own})
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        log.info(f"Submitit 'slurm' sweep output dir : {sweep_dir}")
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        if "mode" in self.config.hydra.sweep:
+            os.chmod(sweep_dir, mode=int(str(self.config.hydra.sweep.mode), 8))
+        tasks = []
+        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+            tasks.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
+        return executor.map_array(self, *zip(*tasks))
 
     def __call__(self, sweep_overrides, job_dir_key, job_num, job_id, singleton_state):
         """One task, on its node: the run, stopped at a step boundary by SLURM's signals and requeued."""
@@ -143,15 +167,17 @@ class NormbenchSlurmLauncher(SlurmLauncher):
         """What submitit's checkpointing does, with `resume=true`: the task's submission is replaced by one
         that resumes, and SLURM requeues the task, which then leaves (no result: the sweep keeps waiting)."""
         import submitit
-        from submitit.core import utils
 
         env = submitit.JobEnvironment()
         self.requeues += 1
         overrides = [o for o in sweep_overrides if not o.startswith("resume=")] + ["resume=true"]
         resumed = submitit.helpers.DelayedSubmission(self, overrides, job_dir_key, job_num, job_id,
                                                      singleton_state)
-        with utils.temporary_save_path(env.paths.submitted_pickle) as tmp:
-            resumed.dump(tmp)
+        # Written aside and moved over the submission, so the requeued task never reads half a file
+        pickle = Path(env.paths.submitted_pickle)
+        aside = pickle.with_name(pickle.name + ".resume")
+        resumed.dump(aside)
+        os.replace(aside, pickle)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue ends this process's step with SIGTERM
         subprocess.run(["scontrol", "requeue", env.job_id], check=True, timeout=60)
         print(f"normbench: requeued SLURM job {env.job_id} with resume=true (requeue {self.requeues} of at most "
@@ -181,7 +207,9 @@ TRACE_RULE = "-" * 22  # submitit frames a failed task's traceback between two s
 
 def _why(error: BaseException, job) -> str:
     """A dead task's reason in one line: the last line of the traceback it raised (submitit's message
-    frames it, then names log paths), else the error's last line, else its SLURM state."""
+    frames it, then names log paths), else the error's last line, else its SLURM state. submitit keeps a
+    task's exception only as that message's text, whose form it does not document: it is read here only,
+    and tests/test_private_apis.py reads a real one (a task run by submitit's LocalExecutor)."""
     text = [line for line in str(error).strip().splitlines() if line.strip()]
     rules = [k for k, line in enumerate(text) if line.strip() == TRACE_RULE]
     if len(rules) >= 2 and rules[-1] > rules[0] + 1:

@@ -1,6 +1,6 @@
 """`normbench bench`: how fast the runner is, measured side by side in one process.
 
-    normbench bench                      # all sections, a few minutes on 2 cores -> outputs/bench/
+    normbench bench                      # all sections (minutes) -> outputs/bench/
     normbench bench --quick              # a smoke test of every section (seconds)
     normbench bench --sections loop,norms --rounds 7 --out /tmp/bench
 

@@ -1,5 +1,6 @@
 """Bench section `headline`: the ten-seed headline study's cells, the code at a baseline commit against this
-one, side by side (issue 39: the headline end to end >= 2x faster than at git f6bd784).
+one, side by side: how much faster this checkout runs the headline end to end than the code the
+headline's speed target is set against (`BASELINE`; the target and its measurements: docs/performance.md).
 
 The headline (the small-batch regime's claims at ten seeds, run in the ghost_batch study) trains the MLP at
 SGD batch 64 in these cells, every one a pack of seeds x lrs with each seed on its own split
@@ -12,7 +13,7 @@ baseline / this. The per-member test accuracies of the two sides are compared (t
 lrs; packing members that the baseline ran one seed at a time reorders float32 sums, so they may differ
 in the last bits, and a test prediction near a tie can flip).
 
-    normbench bench --sections headline --rounds 2            # ~2.5 min a round (2026-12-04, AMD EPYC)
+    normbench bench --sections headline --rounds 2            # minutes a round
     normbench bench --sections headline --quick               # a smoke test
     NORMBENCH_BENCH_BASELINE=<sha> normbench bench --sections headline   # another baseline
 
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from normbench.bench import markdown_table
 
+# The code the headline's end-to-end speed target (2x) is measured against
 BASELINE = os.environ.get("NORMBENCH_BENCH_BASELINE", "f6bd784")
 # scripts/headline_seeds.sh's cells at f6bd784 (its widening jobs are more of the same cells at other lrs)
 CELLS = {

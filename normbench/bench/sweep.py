@@ -30,8 +30,8 @@ PARALLEL = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
 
 
 def sweep_command(args, sweep_dir: Path, extra: list[str]) -> list[str]:
-    # ~4 s of training per job here: each job also loads the data (~1 s) and joblib's workers start
-    # Python and torch (~4 s), costs a long study amortizes and a bench must not hide.
+    # A few seconds of training per job: each job also loads the data and joblib's workers start Python
+    # and torch, fixed costs of the same order that a long study amortizes and a bench must not hide.
     size = ["max_steps=20", "data.subset=2000", "data.val_size=500"] if args.quick else ["max_steps=3000"]
     norms = "bn,none" if args.quick else NORMS
     return [sys.executable, "-m", "normbench", "train", "-m", f"norm={norms}", "model=mlp", "batch_size=64",
@@ -99,8 +99,9 @@ def run(args, device):
                 "serial, threads=2": ["threads=2"]}
     runs: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        # A whole sweep is long: one round, in this order. Two threads per job on a loaded 2-core machine
-        # ran 10x slower than one here (threads waiting at every op for a core); it is stopped at 3x.
+        # A whole sweep is long: one round, in this order. Two threads per job can run many times slower
+        # than one where the cores are busy (threads waiting at every op for a core; docs/performance.md):
+        # it is stopped at 3x.
         for i, (name, extra) in enumerate(variants.items()):
             limit = None if name != "serial, threads=2" else 3 * runs["serial, threads=1"]["wall_s"] + 10
             runs[name] = timed(sweep_command(args, Path(tmp) / f"sweep{i}", extra), Path(tmp) / f"sweep{i}", limit)

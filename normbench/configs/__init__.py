@@ -35,8 +35,8 @@ def store_configs() -> None:
 def norm_defaults() -> dict[str, dict[str, object]]:
     """{norm name: its options and their defaults}, equal to `norms.get(name).options()` for every catalog
     name (tests/test_norms_catalog.py), read from the build functions' signatures in normbench/norms/*.py
-    without importing them: they import torch (3 s on a 2-core AMD EPYC), which a mistyped override,
-    `--help` and `--cfg job` would otherwise pay before Hydra says anything; the reading takes ~0.04 s. A
+    without importing them: they import torch (seconds), which a mistyped override, `--help` and `--cfg
+    job` would otherwise pay before Hydra says anything; reading the sources costs a small fraction of it. A
     default that is not a literal, or sources that cannot be read, make it ask the registry itself."""
     try:
         found = _read_norm_defaults()

@@ -83,47 +83,7 @@ class BatchNorm(batch_stats.BatchStatistics, _BatchNorm):
         check_batch_values(x, "BatchNorm")
         if self.positions is not None:
             return self._sampled(x)
-        if batch_stats.splits_eps(self):
-            with torch.no_grad():  # the numbers (and the running statistics' one update) as without eps_grad
-                value = self._train_dense(x, groups)
-            return batch_stats.split_eps(value, self._batch_statistics(x, groups, self.eps_grad))
-        return self._train_dense(x, groups)
-
-    def _train_dense(self, x: torch.Tensor, groups: int) -> torch.Tensor:
-        """`_dense` in training: the batch's (or each group's) statistics, the running ones updated."""
-        if groups == 1 and self.stats_sink is None:  # the kernel updates the running statistics in place
-            self.num_batches_tracked.add_(1)
-            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, True,
-                                self.momentum, self.eps)
-        values = x.numel() // (x.shape[1] * groups)
-        batch_stats.check_group_values(values, self.ghost_batch, "BatchNorm")
-        if x.device.type == "cpu" and values >= LOOP_MIN_VALUES and self.stats_sink is None:
-            # K-sample kernel calls in turn: the definition itself, running statistics updated in place.
-            self.num_batches_tracked.add_(groups)
-            return torch.cat([F.batch_norm(part, self.running_mean, self.running_var, self.weight, self.bias, True,
-                                           self.momentum, self.eps) for part in x.chunk(groups)])
-        xg = batch_stats.to_groups(x, groups)
-        # Momentum 1 into fresh buffers: the kernel hands back each group's mean and unbiased variance.
-        mean, var = x.new_zeros(xg.shape[1]), x.new_ones(xg.shape[1])
-        weight = None if self.weight is None else self.weight.repeat(groups)
-        bias = None if self.bias is None else self.bias.repeat(groups)
-        y = F.batch_norm(xg, mean, var, weight, bias, True, 1.0, self.eps)
-        self.num_batches_tracked.add_(groups)
-        batch_stats.absorb(self, mean.view(groups, -1), var.view(groups, -1), values)
-        return batch_stats.from_groups(y, groups)
-
-    def _batch_statistics(self, x: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
-        """BN at `eps` with the batch's (or each ghost batch's) statistics, running statistics untouched: the
-        graph `eps_grad`'s gradient comes from, over the groups `_train_dense` takes (the same kernel calls)."""
-        if groups == 1:
-            return F.batch_norm(x, None, None, self.weight, self.bias, True, 0.0, eps)
-        if x.device.type == "cpu" and x.numel() // (x.shape[1] * groups) >= LOOP_MIN_VALUES:
-            return torch.cat([F.batch_norm(part, None, None, self.weight, self.bias, True, 0.0, eps)
-                              for part in x.chunk(groups)])
-        weight = None if self.weight is None else self.weight.repeat(groups)
-        bias = None if self.bias is None else self.bias.repeat(groups)
-        y = F.batch_norm(batch_stats.to_groups(x, groups), None, None, weight, bias, True, 0.0, eps)
-        return batch_stats.from_groups(y, groups)
+        return train_dense(self, x, groups)
 
     def _normalized(self, normalize: Callable[[float], torch.Tensor]) -> torch.Tensor:
         """normalize(eps) from statistics already taken; with `eps_grad`, its numbers and the gradient of
@@ -185,6 +145,64 @@ class BatchNorm(batch_stats.BatchStatistics, _BatchNorm):
         extra += f", eps_grad={self.eps_grad}" if self.eps_grad is not None else ""
         return (f"{super().extra_repr()}, layout={self.layout}, masked={self.masked}, ghost_batch={self.ghost_batch}"
                 f"{extra}")
+
+
+def train_dense(bn, x: torch.Tensor, groups: int) -> torch.Tensor:
+    """BatchNorm in training over (N, C, ...), every position counted: each of `groups` ghost batches (or the
+    whole batch) normalized by its own statistics, which go to `bn`'s running statistics in order (or to
+    PreciseBN's sink). `bn` is a BatchStatistics module with BN's parameters and buffers: a member's
+    `BatchNorm`, or a pack's `PackedBatchNorm` over its members' S C channels, so both run this code. With
+    `eps_grad`, the numbers as without it and the gradient of BN at eps_grad (batch_stats.split_eps)."""
+    if not batch_stats.splits_eps(bn):
+        return _train_groups(bn, x, groups)
+    with torch.no_grad():  # the numbers (and the running statistics' one update) as without eps_grad
+        value = _train_groups(bn, x, groups)
+    return batch_stats.split_eps(value, _batch_statistics(bn, x, groups, bn.eps_grad))
+
+
+def _loops(x: torch.Tensor, groups: int) -> bool:
+    """Ghost batches as one kernel call per group (the definition itself) rather than one call over all
+    groups folded into channels: on the CPU, from LOOP_MIN_VALUES values per channel in a group."""
+    return groups > 1 and x.device.type == "cpu" and x.numel() // (x.shape[1] * groups) >= LOOP_MIN_VALUES
+
+
+def _train_groups(bn, x: torch.Tensor, groups: int) -> torch.Tensor:
+    """`train_dense` at `bn.eps`: the batch's (or each group's) statistics, the running ones updated."""
+    if groups == 1 and bn.stats_sink is None:  # the kernel updates the running statistics in place
+        bn.num_batches_tracked.add_(1)
+        return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight, bn.bias, True, bn.momentum, bn.eps)
+    values = x.numel() // (x.shape[1] * groups)
+    batch_stats.check_group_values(values, bn.ghost_batch, "BatchNorm")
+    bn.num_batches_tracked.add_(groups)
+    if _loops(x, groups) and bn.stats_sink is None:  # K-sample calls in turn, running statistics in place
+        return torch.cat([F.batch_norm(part, bn.running_mean, bn.running_var, bn.weight, bn.bias, True,
+                                       bn.momentum, bn.eps) for part in x.chunk(groups)])
+    # Momentum 1 into fresh buffers: the kernel hands back each group's mean and unbiased variance.
+    mean, var = x.new_zeros(x.shape[1] * groups), x.new_ones(x.shape[1] * groups)
+    y = _grouped(x, groups, bn.weight, bn.bias, bn.eps, mean, var)
+    batch_stats.absorb(bn, mean.view(groups, -1), var.view(groups, -1), values)
+    return y
+
+
+def _batch_statistics(bn, x: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
+    """BN at `eps` with the batch's (or each ghost batch's) statistics, running statistics untouched: the
+    graph `eps_grad`'s gradient comes from, over the groups `_train_groups` takes (the same kernel calls)."""
+    if groups == 1:
+        return F.batch_norm(x, None, None, bn.weight, bn.bias, True, 0.0, eps)
+    if _loops(x, groups):
+        return torch.cat([F.batch_norm(part, None, None, bn.weight, bn.bias, True, 0.0, eps)
+                          for part in x.chunk(groups)])
+    return _grouped(x, groups, bn.weight, bn.bias, eps)
+
+
+def _grouped(x: torch.Tensor, groups: int, weight, bias, eps: float, mean=None, var=None) -> torch.Tensor:
+    """BN of each of `groups` ghost batches of x by its own statistics in one kernel call, over the groups'
+    channels side by side (batch_stats.to_groups); `mean` and `var` (G C each), when given, take each
+    group's statistics (momentum 1)."""
+    weight = None if weight is None else weight.repeat(groups)
+    bias = None if bias is None else bias.repeat(groups)
+    y = F.batch_norm(batch_stats.to_groups(x, groups), mean, var, weight, bias, True, 1.0, eps)
+    return batch_stats.from_groups(y, groups)
 
 
 def _check_positions(positions, layout: str, ghost_batch: int | None) -> None:

@@ -28,7 +28,7 @@ from torch import nn
 
 from normbench.models import cells
 from normbench.norms import batch_stats
-from normbench.norms.batch import BatchNorm
+from normbench.norms.batch import BatchNorm, train_dense
 from normbench.norms.common import TokenWise, check_batch_values
 from normbench.pack.linear import batched_linear
 from normbench.pack.rnn import PackedRNN
@@ -184,10 +184,11 @@ def _unpack_affine(packed: nn.Module, modules, weight: str = "weight", bias: str
 
 
 class PackedBatchNorm(batch_stats.BatchStatistics, nn.Module):
-    """S BatchNorms as one over S*C channels: torch's kernel, running statistics updated in place.
-    "c" layout for images; flat (S, N, C) features are moved to (N, S*C) and back. Its `ghost_batch` is
-    set by norm_modes.split_statistics only: packs train ghost-batch BN per member. The members' `eps_grad`
-    (one value: a pack's members differ in seed and lr only) splits its training output as theirs does."""
+    """S BatchNorms as one over S*C channels: in training the members' own code (`norms.batch.train_dense`)
+    over all their channels at once, running statistics updated in place. "c" layout for images; flat
+    (S, N, C) features are moved to (N, S*C) and back. Its `ghost_batch` is set by
+    norm_modes.split_statistics only: packs train ghost-batch BN per member. The members' `eps_grad` (one
+    value: a pack's members differ in seed and lr only) splits its training output as theirs does."""
 
     def __init__(self, modules: list[BatchNorm]):
         super().__init__()
@@ -204,37 +205,12 @@ class PackedBatchNorm(batch_stats.BatchStatistics, nn.Module):
         if flat:  # (S, N, C) -> (N, S*C)
             s, n, c = x.shape
             x = x.transpose(0, 1).reshape(n, s * c)
-        groups = self.groups(x, "BatchNorm")
-        if batch_stats.splits_eps(self):
-            with torch.no_grad():  # the numbers and the running statistics as without eps_grad
-                value = self._train(x, groups)
-            y = batch_stats.split_eps(value, self._batch_statistics(x, groups, self.eps_grad))
+        if self.training:
+            y = train_dense(self, x, self.groups(x, "BatchNorm"))
         else:
-            y = self._train(x, groups) if self.training else F.batch_norm(
-                x, self.running_mean, self.running_var, self.weight, self.bias, False, self.momentum, self.eps)
+            y = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, self.momentum,
+                             self.eps)
         return y.view(n, s, c).transpose(0, 1) if flat else y
-
-    def _batch_statistics(self, x: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
-        """BN at `eps` over the batch's (or each group's) statistics, running statistics untouched."""
-        weight = None if self.weight is None else self.weight.repeat(groups)
-        bias = None if self.bias is None else self.bias.repeat(groups)
-        y = F.batch_norm(batch_stats.to_groups(x, groups), None, None, weight, bias, True, 0.0, eps)
-        return batch_stats.from_groups(y, groups)
-
-    def _train(self, x: torch.Tensor, groups: int) -> torch.Tensor:
-        if self.stats_sink is not None or groups > 1:
-            # Each group's statistics (momentum 1 into fresh buffers), to PreciseBN's estimator or the running ones
-            xg = batch_stats.to_groups(x, groups)
-            mean, var = x.new_zeros(xg.shape[1]), x.new_ones(xg.shape[1])
-            weight = None if self.weight is None else self.weight.repeat(groups)
-            bias = None if self.bias is None else self.bias.repeat(groups)
-            y = batch_stats.from_groups(F.batch_norm(xg, mean, var, weight, bias, True, 1.0, self.eps), groups)
-            self.num_batches_tracked.add_(groups)
-            batch_stats.absorb(self, mean.view(groups, -1), var.view(groups, -1), xg.numel() // xg.shape[1])
-            return y
-        self.num_batches_tracked.add_(1)
-        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, True, self.momentum,
-                            self.eps)
 
     def unpack(self, modules: list[BatchNorm]) -> None:
         _unpack_affine(self, modules)

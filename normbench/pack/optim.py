@@ -4,17 +4,17 @@ torch's optimizers take one scalar lr per parameter group, and a packed paramete
 slice: a stacked (S, ...) or concatenated (S*C, ...) first dimension, or one member's own parameter in a
 `PerMember` layer. `MemberLR` is AdamW or SGD with momentum (torch.optim.AdamW's and torch.optim.SGD's
 algorithms, torch's defaults) that steps each member's slices of all parameters through torch's own fused
-kernel (`torch._fused_sgd_`, `torch._fused_adamw_`: what `torch.optim.SGD(fused=True)` and
-`AdamW(fused=True)` call) with that member's lr, so a member's update is computed as its separate run's is.
-Where torch has no fused kernel (a dtype or device it does not cover) the same update goes through torch's
-functional `sgd` / `adamw`. tests/test_pack.py checks the fused path against separate runs with torch's
-fused optimizers, and tests/test_pack_optim.py both paths against torch's unfused ones, member by member.
+kernel (`fused_sgd`, `fused_adamw`: the kernels `torch.optim.SGD(fused=True)` and `AdamW(fused=True)` run)
+with that member's lr, so a member's update is computed as its separate run's is. Where torch has no fused
+kernel (a dtype or device it does not cover) the same update goes through torch's functional `sgd` /
+`adamw`. tests/test_pack.py checks the fused path against separate runs with torch's fused optimizers, and
+tests/test_pack_optim.py both paths against torch's unfused ones, member by member.
 A pack whose members share one lr trains with torch's fused optimizer itself (`optim.make_optimizer`).
 
 The state is the packed parameters' (one stacked momentum buffer, or AdamW's moments and a step count per
 member, per parameter), so a checkpoint holds it whole. The members' views of the parameters and of the
-state are cut once and kept; only the gradients, new every step, are cut each step. A loop of small ops per
-parameter, as this was before, took a third of a batch-2 step (docs/performance.md).
+state are cut once and kept; only the gradients, new every step, are cut each step: cutting everything
+each step is a loop of small ops per parameter, a third of a batch-2 step (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -117,20 +117,43 @@ class MemberLR(torch.optim.Optimizer):
     def _sgd(self, lists: list[list[torch.Tensor]], lr: float) -> None:
         """SGD: momentum, no dampening, L2 weight decay added to the gradient."""
         params, grads, bufs = lists[0], lists[1], (lists[2] if len(lists) > 2 else [])
-        kw = dict(weight_decay=self.cfg.weight_decay, momentum=self.cfg.momentum, lr=lr, dampening=0.0,
-                  nesterov=False, maximize=False)
         if self.fused:
-            torch._fused_sgd_(params, grads, bufs, is_first_step=False, **kw)
+            fused_sgd(params, grads, bufs, lr=lr, momentum=self.cfg.momentum, weight_decay=self.cfg.weight_decay)
         else:
-            sgd(params, grads, bufs or [None] * len(params), foreach=False, **kw)
+            sgd(params, grads, bufs or [None] * len(params), foreach=False, weight_decay=self.cfg.weight_decay,
+                momentum=self.cfg.momentum, lr=lr, dampening=0.0, nesterov=False, maximize=False)
 
     def _adamw(self, lists: list[list[torch.Tensor]], lr: float) -> None:
+        """AdamW at torch's defaults; each member's step count is its own tensor."""
         params, grads, m, v, steps = lists
         steps = [s.view(()) for s in steps]
-        kw = dict(amsgrad=False, lr=lr, beta1=BETAS[0], beta2=BETAS[1], weight_decay=self.cfg.weight_decay,
-                  eps=EPS, maximize=False)
         if self.fused:
-            torch._foreach_add_(steps, 1)  # as torch's fused AdamW counts the step before its kernel
-            torch._fused_adamw_(params, grads, m, v, [], steps, **kw)
+            fused_adamw(params, grads, m, v, steps, lr=lr, weight_decay=self.cfg.weight_decay)
         else:
-            adamw(params, grads, m, v, [], steps, foreach=False, **kw)
+            adamw(params, grads, m, v, [], steps, foreach=False, amsgrad=False, lr=lr, beta1=BETAS[0],
+                  beta2=BETAS[1], weight_decay=self.cfg.weight_decay, eps=EPS, maximize=False)
+
+
+# torch's fused optimizer kernels, called directly: torch.optim's public functional `sgd(fused=True)` and
+# `adamw(fused=True)` run the same kernels after grouping the tensors by device and dtype in Python, a cost
+# paid once per member per step here (docs/performance.md, "Optimizer"). The kernels are private to torch,
+# so each is called in one place, below, and tests/test_private_apis.py checks both against
+# torch.optim.SGD(fused=True) and AdamW(fused=True) bit for bit. torch >= 2.4: their CPU implementations.
+
+def fused_sgd(params: list[torch.Tensor], grads: list[torch.Tensor], bufs: list[torch.Tensor], *, lr: float,
+              momentum: float, weight_decay: float) -> None:
+    """One SGD step (no dampening, L2 weight decay added to the gradient) of `params` through
+    `torch._fused_sgd_`. `bufs`: the momentum buffers, or [] without momentum; never a first step (the
+    buffers start at zeros, and m * 0 + g is the g torch's first step takes)."""
+    torch._fused_sgd_(params, grads, bufs, weight_decay=weight_decay, momentum=momentum, lr=lr, dampening=0.0,
+                      nesterov=False, maximize=False, is_first_step=False)
+
+
+def fused_adamw(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
+                exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor], *, lr: float,
+                weight_decay: float) -> None:
+    """One AdamW step (torch's betas and eps) of `params` through `torch._fused_adamw_`; `steps` (one
+    0-d float tensor per parameter) counted first, as torch's fused AdamW counts them."""
+    torch._foreach_add_(steps, 1)
+    torch._fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=lr, beta1=BETAS[0],
+                        beta2=BETAS[1], weight_decay=weight_decay, eps=EPS, maximize=False)

@@ -91,8 +91,7 @@ def pack_limits(device_type: str) -> dict[str, tuple[int, int | None]] | None:
     ...}, "cuda": null or the same, ...}.
 
     Provenance: "cpu" is where `normbench bench --sections packed` measured packing faster than separate runs
-    (docs/packing.md; MLP+BN, CNN+GN, RNN+LN, Transformer+LN on one thread): its rows of 2026-12-01, and the
-    Transformer's of 2026-12-05. Past these the work per step is large enough that one grouped convolution,
+    (docs/packing.md has the rows; MLP+BN, CNN+GN, RNN+LN, Transformer+LN on one thread). Past these the work per step is large enough that one grouped convolution,
     or S members' hidden states in one recurrence, run slower than S separate kernels. "cuda" stays null
     until a GPU bench is checked in: scripts/gpu_check.sh derives it from `normbench bench --sections
     packed --device cuda` (bench.packed.derive_limits) and writes this file with its "cuda" entry filled

@@ -9,8 +9,12 @@ of a declared claim (one-sided t, TOST, the exact sign-flip test, a bootstrap in
     p = sign_flip(diffs, "greater")                       # the same hypothesis, exact, no normality
     way, n = pairs_needed(diffs, "greater", 0.0, alpha=0.001)  # pairs to decide it, were d's mean and SD true
 
-The t distribution comes from scipy.special (stdtr/stdtrit: the CDF and its inverse), not scipy.stats,
-which takes a second to import; the tests compare every number with scipy.stats and textbook values.
+scipy.stats computes the distributions, the t-tests and the bootstrap (t, ttest_1samp, ttest_rel, bootstrap,
+nct). Written here: what it has no function for (TOST as the larger of two one-sided tests, Holm's
+adjustment, the exact answer where the differences have no variance) and the sign-flip test, which
+enumerates the 2^n sign patterns once for the thousands of claims of the protocol's simulation.
+scipy.stats is imported inside the functions that use it: it takes most of a second to import, and every
+`normbench summarize`, its --help included, imports this module (summary.types does).
 """
 
 from __future__ import annotations
@@ -22,10 +26,16 @@ from dataclasses import dataclass
 LEVEL = 0.95  # confidence level of every interval, and 1 - alpha of every test
 
 
-def t_quantile(q: float, df: int) -> float:
-    from scipy.special import stdtrit
+def _scipy_stats():
+    """scipy.stats, imported on first use (see the module's docstring)."""
+    import scipy.stats
 
-    return float(stdtrit(df, q))
+    return scipy.stats
+
+
+def t_quantile(q: float, df: int) -> float:
+    """The `q` quantile of Student's t with `df` degrees of freedom."""
+    return float(_scipy_stats().t.ppf(q, df))
 
 
 def t_interval(values: list[float], level: float = LEVEL) -> tuple[float, float] | None:
@@ -34,9 +44,11 @@ def t_interval(values: list[float], level: float = LEVEL) -> tuple[float, float]
     n = len(values)
     if n < 2:
         return None
-    mean, sd = statistics.fmean(values), statistics.stdev(values)
-    half = t_quantile(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
-    return mean - half, mean + half
+    mean, se = statistics.fmean(values), statistics.stdev(values) / math.sqrt(n)
+    if se == 0:  # equal values: the interval is the point (scipy's t takes no scale 0, it answers NaN)
+        return mean, mean
+    lo, hi = _scipy_stats().t.interval(level, n - 1, loc=mean, scale=se)
+    return float(lo), float(hi)
 
 
 @dataclass
@@ -59,34 +71,28 @@ def paired(a: list[float], b: list[float], seeds: list[int] | None = None, level
     n = len(d)
     mean = statistics.fmean(d) if d else math.nan
     p = None
-    if n >= 2:
-        sd = statistics.stdev(d)
-        if sd == 0:
-            p = 1.0 if mean == 0 else min(1.0, 2 * sign_flip(d, "greater" if mean > 0 else "less"))
-        else:
-            from scipy.special import stdtr
-
-            t = mean / (sd / math.sqrt(n))
-            p = float(2 * stdtr(n - 1, -abs(t)))
+    if n >= 2 and any(x != d[0] for x in d):  # on equal differences ttest_rel would say p = 0
+        p = float(_scipy_stats().ttest_rel(a, b).pvalue)
+    elif n >= 2:
+        p = 1.0 if mean == 0 else min(1.0, 2 * sign_flip(d, "greater" if mean > 0 else "less"))
     return Paired(n, mean, t_interval(d, level), p, list(seeds or range(n)))
 
 
 def holm(pvalues: list[float | None]) -> list[float | None]:
-    """Holm's step-down adjusted p-values (Holm 1979), in the input order; None entries are kept as
-    None and do not count in the family."""
-    idx = sorted((i for i, p in enumerate(pvalues) if p is not None), key=lambda i: pvalues[i])
-    m = len(idx)
+    """Holm's step-down adjusted p-values (Holm 1979) of one family, in the input order; None entries are
+    kept as None and do not count in the family. `holm_adjust` on the p-values given."""
+    tested = [i for i, p in enumerate(pvalues) if p is not None]
     out: list[float | None] = [None] * len(pvalues)
-    running = 0.0
-    for rank, i in enumerate(idx):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))  # monotone: never below a smaller p's
-        out[i] = running
+    if tested:
+        for i, q in zip(tested, holm_adjust([pvalues[i] for i in tested])):
+            out[i] = float(q)
     return out
 
 
 def holm_adjust(p):
-    """Holm's adjusted p-values over the last axis of an array (..., k): `holm` for many families at once
-    (every entry counts; give an untested hypothesis p = 1)."""
+    """Holm's adjusted p-values over the last axis of an array (..., k), many families at once (every entry
+    counts; give an untested hypothesis p = 1): the i-th smallest of k times k - i + 1, capped at 1, and
+    never below a smaller p's. scipy has no Holm (statsmodels' multipletests is not a dependency)."""
     import numpy as np
 
     p = np.asarray(p, dtype=np.float64)
@@ -117,7 +123,6 @@ def t_pvalues(d, expect: str, margin: float = 0.0):
     protocol's simulation feeds it thousands of synthetic claims; `t_test` is this on one row). A row with
     zero variance gets the exact sign-flip p of the same hypothesis, never p = 0."""
     import numpy as np
-    from scipy.special import stdtr
 
     x = np.asarray(d, dtype=np.float64)
     n = x.shape[-1]
@@ -127,14 +132,16 @@ def t_pvalues(d, expect: str, margin: float = 0.0):
         return np.maximum(t_pvalues(x, "greater", -margin), t_pvalues(x, "less", margin))
     if expect not in ("greater", "less"):
         raise ValueError(f"expect must be one of {EXPECT}, not {expect!r}")
-    mean, sd = x.mean(axis=-1), x.std(axis=-1, ddof=1)
-    flat = np.all(x == x[..., :1], axis=-1)  # exactly: a float mean of equal values can leave sd at 1e-17
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = (mean - margin) / (sd / math.sqrt(n))
-    p = stdtr(n - 1, -t if expect == "greater" else t)  # P(T > t) or P(T < t)
-    if np.any(flat):  # t is infinite or undefined: the exact test of the same hypothesis (p >= 2^-n), not p = 0
-        p = np.where(flat, sign_flip_many(x, expect, margin), p)
-    return p
+    rows = x.reshape(-1, n)
+    flat = np.all(rows == rows[:, :1], axis=-1)  # exactly: a float mean of equal values can leave sd at 1e-17
+    p = np.empty(len(rows))
+    # t is infinite or undefined on a flat row (scipy would say p = 0, and warn of precision loss): the exact
+    # test of the same hypothesis answers there (p >= 2^-n)
+    if flat.any():
+        p[flat] = sign_flip_many(rows[flat], expect, margin)
+    if not flat.all():
+        p[~flat] = _scipy_stats().ttest_1samp(rows[~flat], margin, axis=-1, alternative=expect).pvalue
+    return p.reshape(x.shape[:-1])[()]  # one row: a scalar, as scipy gives
 
 
 POWER = 0.8  # the power pairs_needed asks for
@@ -145,10 +152,8 @@ def power(n: int, effect: float, alpha: float) -> float:
     """The power of the one-sided one-sample t-test at level `alpha` with `n` values, at a true mean `effect`
     standard deviations beyond the hypothesis' bound: P(T' > t_(1-alpha, n-1)), T' noncentral t with n - 1
     degrees of freedom and noncentrality effect * sqrt(n) (G*Power's "difference from constant")."""
-    from scipy.special import nctdtr
-
-    missed = float(nctdtr(n - 1, effect * math.sqrt(n), t_quantile(1.0 - alpha, n - 1)))
-    return 1.0 if math.isnan(missed) and effect > 0 else 1.0 - missed  # nctdtr gives NaN far in the tail
+    missed = float(_scipy_stats().nct.cdf(t_quantile(1.0 - alpha, n - 1), n - 1, effect * math.sqrt(n)))
+    return 1.0 if math.isnan(missed) and effect > 0 else 1.0 - missed  # the nct's CDF is NaN far in the tail
 
 
 def pairs_needed(d: list[float], expect: str, margin: float, alpha: float, target: float = POWER,
@@ -254,7 +259,8 @@ def bootstrap_interval(d: list[float], level: float = LEVEL, resamples: int = 10
 
     if len(d) < 2:
         return None
-    x = np.asarray(d, dtype=np.float64)
-    means = x[np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)
-    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
+    # random_state, not rng (scipy >= 1.15 only): a Generator draws the same resamples through either
+    ci = _scipy_stats().bootstrap((np.asarray(d, dtype=np.float64),), np.mean, n_resamples=resamples,
+                                  confidence_level=level, method="percentile",
+                                  random_state=np.random.default_rng(seed)).confidence_interval
+    return float(ci.low), float(ci.high)

@@ -44,7 +44,7 @@ def load_checkpoint(path: Path, model, opt, shuffles: list[torch.Generator]) -> 
                         "resume with the same pack.seeds and pack.lrs, or choose a new hydra.run.dir")
     try:
         model.load_state_dict(blob["model"])
-    except RuntimeError:  # other layers: e.g. a pack checkpointed before packs kept the model (issue 38)
+    except RuntimeError:  # other layers: another model, or a pack's checkpoint in an older normbench's layout
         raise UserError(f"{path} holds a model with other layers than this run builds (a pack checkpointed by an "
                         "older normbench, or another model)", "resume it with the normbench that wrote it, or "
                         "delete the checkpoint to start over") from None

@@ -7,65 +7,54 @@ claims in full with their forest plot, one line per table saying what it shows; 
 intervals, the paired comparisons, the figures as inline SVG, the runs that are not in the tables, what
 varied in the sweep, the versions and the command lines. Inline CSS only, no
 JavaScript, nothing fetched from the network.
+
+The page's markup is templates/report.html.j2 (Jinja2, autoescaped: every text from a run is escaped where
+it is written); this module gathers what the page shows, as plain strings, and marks the figures' SVG as
+markup.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from html import escape
+from dataclasses import dataclass
+from functools import cache
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 
 from normbench.config import flatten
 from normbench.summary.show import report
 from normbench.summary.show.claims_table import CLAIMS_COMPACT, CLAIMS_HEADER, claim_notes, claims_caption, claims_rows
 from normbench.summary.types import Summary, relative
 
-CSS = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1320px;
-       padding: 0 1rem; color: #1d1d1f; }
-h1 { font-size: 1.5rem; } h2 { font-size: 1.15rem; margin-top: 2.2rem; border-bottom: 1px solid #ddd; }
-table { border-collapse: collapse; margin: .6rem 0; font-variant-numeric: tabular-nums; }
-th, td { padding: .25rem .6rem; border-bottom: 1px solid #e4e4e4; text-align: right; white-space: nowrap; }
-th:first-child, td:first-child { text-align: left; }
-thead th { background: #f3f3f5; }
-td.best { font-weight: 700; background: #eaf6ea; }
-tr.vpc td { color: #666; font-style: italic; }
-tr.higher td { background: #eaf6ea; } tr.lower td { background: #fbeaea; }
-.caption { color: #555; font-size: .85rem; max-width: 70rem; }
-figure { margin: 1rem 0; } figure svg { max-width: 100%; height: auto; }
-code, pre { font: 12px ui-monospace, "DejaVu Sans Mono", monospace; background: #f6f6f8; }
-pre { padding: .6rem; overflow-x: auto; white-space: pre-wrap; }
-dl.kv { display: grid; grid-template-columns: max-content 1fr; gap: .2rem 1rem; }
-dl.kv dt { font-weight: 600; }
-div.first { display: grid; grid-template-columns: minmax(0, 1.25fr) minmax(0, 1fr); gap: 1.5rem; align-items: start; }
-div.first table { font-size: 11.5px; line-height: 1.25; }
-div.first th, div.first td { padding: .1rem .35rem; white-space: nowrap; }
-div.first td:first-child { white-space: normal; }
-div.first h2 { margin-top: .4rem; } div.first figure { margin: 0; }
-td.v-held { color: #1b5e20; font-weight: 700; } td.v-refuted { color: #b71c1c; font-weight: 700; }
-td.v-inconclusive { color: #8d6e00; } td.v-exploratory { color: #616161; }
-"""
+COMMANDS_SHOWN = 20  # command lines written out; the rest are counted
+
+
+@dataclass
+class HtmlTable:
+    """A table as the template writes it: its header, and each row's class with its (text, class) cells."""
+    header: list[str]
+    rows: list[tuple[str, list[tuple[str, str]]]]
 
 
 def _table(header: list[str], body: list[list[str]], classes: list[list[str]] | None = None,
-           row_classes: list[str] | None = None) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+           row_classes: list[str] | None = None) -> HtmlTable:
+    """An HtmlTable of text rows, with a class per cell (`classes`) and per row (`row_classes`), "" for none."""
     rows = []
     for i, row in enumerate(body):
         cls = classes[i] if classes else [""] * len(row)
-        tr = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
-        rows.append(f"<tr{tr}>" + "".join(f'<td class="{c}">{escape(v)}</td>' if c else f"<td>{escape(v)}</td>"
-                                          for v, c in zip(row, cls)) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        rows.append((row_classes[i] if row_classes else "", list(zip(row, cls))))
+    return HtmlTable(header, rows)
 
 
-def _results_table(t) -> str:
+def _results_table(t) -> HtmlTable:
     header, body, best = report.table_rows(t)
     classes = [["best" if m and v else "" for v, m in zip(row, marks)] for row, marks in zip(body, best)]
     row_classes = ["vpc" if t.values_per_channel and i == 0 else "" for i in range(len(body))]
     return _table(header, body, classes, row_classes)
 
 
-def _paired_table(t) -> str:
+def _paired_table(t) -> HtmlTable:
     rows = report.paired_rows(t)
     kinds = [("higher" if c.result.mean > 0 else "lower") if c.significant else "" for c in t.comparisons]
     return _table(report.paired_header(t), rows, row_classes=kinds)
@@ -101,7 +90,7 @@ def _versions(s: Summary) -> list[tuple[str, str]]:
     return [(k, ", ".join(v)) for k, v in by_key.items()]
 
 
-def _claims(s: Summary, svgs: dict[str, str]) -> list[str]:
+def _claims(s: Summary, svgs: dict[str, str]) -> dict:
     """The first screen: the claims' verdicts (compact) beside the main figure; then the claims in full and
     their forest plot."""
     main = next((name for name in svgs if name != "claims"), None)
@@ -109,69 +98,69 @@ def _claims(s: Summary, svgs: dict[str, str]) -> list[str]:
     verdicts = [r.verdict for r in s.claims]
     tally = ", ".join(f"{verdicts.count(v)} {v}" for v in ("held", "refuted", "inconclusive", "exploratory")
                       if v != "exploratory" or v in verdicts)
-    left = (f"<h2>Claims: {escape(tally)}</h2>" + _table([CLAIMS_HEADER[i] for i in CLAIMS_COMPACT],
-                                                         compact, [["", "", "", f"v-{v}"] for v in verdicts])
-            + "<p class=\"caption\">a − b in points; primary claims held / refuted / inconclusive after Holm over the "
-              "declared family at a planned look (docs/protocol.md), exploratory ones estimated only; the "
-              "full table, the tests and the forest plot follow</p>")
-    right = f"<figure id=\"{escape(main)}\">{svgs[main]}</figure>" if main else ""
-    parts = [f"<div class=\"first\"><div>{left}</div><div>{right}</div></div>",
-             "<h2>Claims in full</h2>" + _table(CLAIMS_HEADER, claims_rows(s),
-                                                 [[""] * (len(CLAIMS_HEADER) - 1) + [f"v-{r.verdict}"]
-                                                  for r in s.claims]),
-             f"<p class=\"caption\">{escape(claims_caption(s))}</p>",
-             "<ul class=\"caption\">" + "".join(f"<li>{escape(n)}</li>" for n in claim_notes(s)) + "</ul>"]
-    if "claims" in svgs:
-        parts.append(f"<figure id=\"claims\">{svgs['claims']}</figure>")
-    return parts
+    return {"tally": tally,
+            "compact": _table([CLAIMS_HEADER[i] for i in CLAIMS_COMPACT], compact,
+                              [["", "", "", f"v-{v}"] for v in verdicts]),
+            "main": {"name": main, "svg": Markup(svgs[main])} if main else None,
+            "full": _table(CLAIMS_HEADER, claims_rows(s),
+                           [[""] * (len(CLAIMS_HEADER) - 1) + [f"v-{r.verdict}"] for r in s.claims]),
+            "caption": claims_caption(s), "notes": claim_notes(s),
+            "forest": Markup(svgs["claims"]) if "claims" in svgs else None}
+
+
+def _index(s: Summary) -> dict | None:
+    """What the tables show: a line per table, linked to it, and what their cells mean."""
+    if not s.tables:
+        return None
+    return {"lines": [(t.slug, report.table_line(t)) for t in s.tables], "caption": report.caption(s.tables),
+            "paired_caption": report.paired_caption() if any(t.comparisons for t in s.tables) else ""}
+
+
+def _tables(s: Summary) -> list[dict]:
+    """Each table with the notes said under it and its paired comparisons."""
+    return [{"slug": t.slug, "title": t.title, "results": _results_table(t), "ref": t.ref,
+             "notes": [note for note in t.notes if not note.startswith(report.INDEX_NOTES)],
+             "paired": _paired_table(t) if t.comparisons else None} for t in s.tables]
+
+
+def _figures(s: Summary, svgs: dict[str, str]) -> list[tuple[str, Markup]]:
+    """The figures the first screen does not already show."""
+    shown = dict(svgs)
+    if s.claims:
+        shown.pop("claims", None)
+        shown.pop(next((n for n in svgs if n != "claims"), None), None)
+    return [(name, Markup(svg)) for name, svg in shown.items()]
+
+
+def _problems(s: Summary) -> HtmlTable | None:
+    """The runs not in the tables: failed, diverged, incomplete, with the first line of why."""
+    if not s.problems:
+        return None
+    return _table(["run", "status", "why"], [[relative(r.path, s.root), r.status,
+                                              r.note.splitlines()[0] if r.note else ""] for r in s.problems])
+
+
+def page(s: Summary, svgs: dict[str, str]) -> dict:
+    """What the template writes, by name: strings, (text, class) tables and the figures as markup."""
+    commands = _commands(s)
+    return {"title": s.root.name, "root": str(s.root), "n_runs": len(s.runs), "ref": s.ref,
+            "status": ", ".join(f"{n} {k}" for k, n in Counter(r.status for r in s.runs).most_common()),
+            "claims": _claims(s, svgs) if s.claims else None, "index": _index(s),
+            "varied": [(k, ", ".join(v)) for k, v in s.varied.items()],
+            "constant": " ".join(f"{k}={v}" for k, v in s.constant.items()),
+            "tables": _tables(s), "figures": _figures(s, svgs), "extensions": s.extensions,
+            "problems": _problems(s), "commands": commands[:COMMANDS_SHOWN],
+            "more_commands": max(0, len(commands) - COMMANDS_SHOWN), "versions": _versions(s)}
+
+
+@cache
+def _template():
+    """templates/report.html.j2, loaded once; autoescaped whatever its file's name (.j2) says: it is HTML."""
+    env = Environment(loader=PackageLoader("normbench.summary.show", "templates"), autoescape=True,
+                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, undefined=StrictUndefined)
+    return env.get_template("report.html.j2")
 
 
 def to_html(s: Summary, svgs: dict[str, str]) -> str:
-    status = ", ".join(f"{n} {k}" for k, n in Counter(r.status for r in s.runs).most_common())
-    parts = [f"<h1>normbench summary of <code>{escape(str(s.root))}</code></h1>",
-             f"<p>{len(s.runs)} runs: {escape(status)}. Reference norm for paired comparisons: <b>{escape(s.ref)}</b>.</p>"]
-    shown = dict(svgs)
-    if s.claims:
-        parts += _claims(s, svgs)
-        shown.pop("claims", None)
-        shown.pop(next((n for n in svgs if n != "claims"), None), None)  # already on the first screen
-    if s.tables:
-        parts.append("<h2>What the tables show</h2><ol>" + "".join(
-            f"<li><a href=\"#{escape(t.slug)}\">{escape(report.table_line(t))}</a></li>" for t in s.tables) + "</ol>"
-            f"<p class=\"caption\">{escape(report.caption(s.tables))}</p>"
-            + (f"<p class=\"caption\">{escape(report.paired_caption())}</p>" if any(t.comparisons for t in s.tables)
-               else ""))
-    parts.append("<h2>What varied</h2><dl class=\"kv\">" + "".join(
-        f"<dt>{escape(k)}</dt><dd>{escape(', '.join(v))}</dd>" for k, v in s.varied.items()) + "</dl>")
-    if s.constant:
-        parts.append("<p class=\"caption\">fixed in every run, not at the default: " + escape(
-            " ".join(f"{k}={v}" for k, v in s.constant.items())) + "</p>")
-    for t in s.tables:
-        parts.append(f"<h2 id=\"{escape(t.slug)}\">{escape(t.title)}</h2>{_results_table(t)}")
-        for note in t.notes:
-            if not note.startswith(report.INDEX_NOTES):
-                parts.append(f"<p class=\"caption\">{escape(note)}</p>")
-        if t.comparisons:
-            parts.append(f"<h3>paired vs {escape(str(t.ref))}</h3>{_paired_table(t)}")
-        elif t.ref is None:
-            parts.append(f"<p class=\"caption\">no paired comparisons: the reference {escape(s.ref)} is not in "
-                         "this table (choose another with --ref)</p>")
-    if shown:
-        parts.append("<h2>Figures</h2>" + "".join(f"<figure id=\"{escape(name)}\">{svg}<figcaption class=\"caption\">"
-                                                  f"{escape(name)}</figcaption></figure>" for name, svg in shown.items()))
-    if s.extensions:
-        parts.append("<h2>Grids to widen</h2><p class=\"caption\">a cell chose the edge of its grid; this trains "
-                     "the next value there</p>" + "".join(f"<pre>{escape(c)}</pre>" for c in s.extensions))
-    if s.problems:
-        parts.append("<h2>Runs not in the tables (failed, diverged, incomplete)</h2>" + _table(
-            ["run", "status", "why"],
-            [[relative(r.path, s.root), r.status, r.note.splitlines()[0] if r.note else ""] for r in s.problems]))
-    commands = _commands(s)
-    parts.append("<h2>Command lines</h2>" + "".join(f"<pre>{escape(c)}</pre>" for c in commands[:20]))
-    if len(commands) > 20:
-        parts.append(f"<p class=\"caption\">and {len(commands) - 20} more</p>")
-    parts.append("<h2>Versions</h2><dl class=\"kv\">" + "".join(
-        f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in _versions(s)) + "</dl>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>normbench summary · {escape(s.root.name)}</title><style>{CSS}</style></head>"
-            f"<body>{''.join(parts)}</body></html>\n")
+    """summary.html of `s`, with `svgs` (name -> an <svg> element) as its figures."""
+    return _template().render(page(s, svgs))
