@@ -153,7 +153,7 @@ class NormConfig:
     eps_grad: Optional[float] = None  # bn: backpropagate BN's gradient at this eps, output at eps (null = eps's own)
     momentum: Optional[float] = None  # running-statistics update rate (batch norms)
     affine: Optional[bool] = None  # learnable scale and shift
-    groups: Optional[int] = None  # channel groups (gn, evonorm)
+    groups: Optional[int] = None  # channel groups (gn, evonorm); seednorm: heads, each with its own tanh(x_h beta_h)
     masked: Optional[bool] = None  # seq layout: statistics over real tokens only (false = naive, padding counted)
     ghost_batch: Optional[int] = None  # bn, brn, sn: statistics over groups of this many samples (null = whole batch)
     positions: Optional[int] = None  # bn on images: statistics over this many random positions per image (null = all)
@@ -163,7 +163,7 @@ class NormConfig:
     renorm_r_ramp_frac: Optional[float] = None  # brn: then r_max relaxes linearly over this fraction of the run
     renorm_d_ramp_frac: Optional[float] = None  # brn: and d_max over this fraction of the run
     learn_eps: Optional[bool] = None  # frn: learn eps (null = on for flat/seq, where each channel holds one value)
-    alpha_init: Optional[float] = None  # dyt, derf: initial value of the learned scalar alpha in tanh(alpha x), erf(alpha x + s)
+    alpha_init: Optional[float] = None  # dyt, derf: initial value of the learned scalar alpha in tanh(alpha x), erf(alpha x + s); seednorm: of its alpha vector
     shift_init: Optional[float] = None  # derf: initial value of the learned scalar shift s in erf(alpha x + s)
     target: Optional[str] = None  # norm=custom: your norm, MODULE:NAME (a class or factory taking num_features)
     options: Dict[str, Any] = field(default_factory=dict)  # your norm's options: +norm.options.KEY=VALUE

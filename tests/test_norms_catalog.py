@@ -20,11 +20,13 @@ from normbench.train.runner import norm_options
 
 def test_one_norm_config_per_catalog_name():
     """Reference: norms.names(), in catalog order (docs/design.md, README's catalog): the `norm` group holds
-    exactly those, and no config file beside them."""
+    exactly those and `custom` (your norm by norm.target, normbench/norms/user.py), and no config file beside
+    them."""
     assert norms.names() == ["none", "bn", "ln", "in", "gn", "rms", "wn", "cn", "sn", "brn", "frn", "evonorm",
-                             "dyt", "pn", "derf"]
+                             "dyt", "pn", "derf", "seednorm", "dyisru"]
     store_configs()
-    assert sorted(n.removesuffix(".yaml") for n in ConfigStore.instance().list("norm")) == sorted(norms.names())
+    assert sorted(n.removesuffix(".yaml") for n in ConfigStore.instance().list("norm")) == \
+        sorted([*norms.names(), norms.CUSTOM])
     assert not (Path(norms.__file__).resolve().parents[1] / "configs" / "norm").exists()
 
 
@@ -46,6 +48,7 @@ def test_composed_norm_is_the_build_defaults(name):
     assert node.pop("name") == name
     assert {key: node.pop(key) for key in defaults} == defaults
     assert (node.pop("impl", "native"), node.pop("track_stats"), node.pop("track_every")) == ("native", False, 100)
+    assert node.pop("options") == {}  # a user's norm's own options: none for a catalog norm
     assert all(value is None for value in node.values()), node
 
 

@@ -26,7 +26,7 @@ from normbench.norms.registry import (
 
 # Importing a family registers its norms, in catalog order.
 from normbench.norms import basic, batch, layer, group, rms, weight  # noqa: E402,F401  isort: skip
-from normbench.norms import switchable, renorm, frn, evonorm, dyt, power, derf  # noqa: E402,F401  isort: skip
+from normbench.norms import switchable, renorm, frn, evonorm, dyt, power, derf, seednorm, dyisru  # noqa: E402,F401  isort: skip
 from normbench.norms import scratch  # noqa: E402,F401  isort: skip  (the from-scratch twins, norm.impl=scratch)
 from normbench.norms.renorm import set_total_steps  # noqa: E402  isort: skip
 from normbench.norms.user import CUSTOM, factory, load_entry_points  # noqa: E402  isort: skip

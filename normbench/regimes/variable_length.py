@@ -215,7 +215,7 @@ def _precise_bn_by_length(model: nn.Module, splits: MemberSplits, cfg: Config, l
 # (affine maps of their running statistics). In a causal RNN that classifies from each sequence's last real
 # step, or a Transformer that masks padded keys and pools the real tokens only, padding after a sequence
 # then cannot change its answer.
-PER_TOKEN = frozenset({"none", "ln", "rms", "gn", "frn", "wn", "cn", "dyt", "derf", "pn"})
+PER_TOKEN = frozenset({"none", "ln", "rms", "gn", "frn", "wn", "cn", "dyt", "derf", "pn", "seednorm", "dyisru"})
 RUNNING_PER_TOKEN = PER_TOKEN | {"bn", "brn"}
 PADDING_FREE = ("padding after a sequence's last real step cannot reach its answer (a causal RNN, or a "
                 "Transformer's masked attention and pooling; norms per token)")
