@@ -4,7 +4,7 @@ time in run.json), and each study's test-accuracy tables from its docs/results/<
 
     python scripts/readme_claims.py --record outputs/reproduce   # after `normbench study all`: check the run in
     python scripts/readme_claims.py                              # rewrite the generated sections from it
-    python scripts/readme_claims.py --check                      # exit 1 if a section disagrees (a test runs it)
+    python scripts/readme_claims.py --check                      # exit 1 if a section or a summary disagrees
 
 README.md's `<!-- claims:begin -->` ... `<!-- claims:end -->` section is the primary claims (`role: primary` in
 normbench/configs/experiment/*.yaml: the confirmatory family of docs/protocol.md) with their verdicts, and
@@ -14,12 +14,19 @@ and figures, and `<!-- run:begin -->` ... `<!-- run:end -->` around how the reco
 sittings, each round's and each study's seconds against the plan's). A claim the checked-in run does not hold (a study not yet run at its current design) says so
 instead of a verdict. Numbers are copied from summary.json and the summaries, never computed here:
 summarize tested them.
+
+--check also summarizes the runs files again (docs/results/<study>/runs.jsonl.gz, each as `normbench
+summarize <study>/runs.jsonl.gz --select lr` reads it, and docs/results/ as a whole as the joint summary) and
+compares every claim with the checked-in summaries: summary.json's claims and protocol (every field, floats
+to the last bits a numerical library may move), and each summary.md's claims table and notes (about 25 s
+on one core; tests/test_record.py runs it, a slow test).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -50,6 +57,12 @@ RUN_BEGIN, RUN_END = "<!-- run:begin -->", "<!-- run:end -->"
 ORDER = ["ghost_batch", "small_batch", "converged", "variable_length", "small_batch_transformer",
          "variable_length_transformer", "lr_sensitivity", "norm_free_regime"]
 KEPT = "test accuracy (running statistics)"  # the tables docs/results/README.md shows; summary.md has the others
+SELECT = "lr"  # how the record's summaries chose each cell's lr (`summarize ... --select lr`, docs/results/README.md)
+# Summarized again, a claim's floats may move in their last bits with the numerical library (scipy.stats'
+# t-distribution and bootstrap against the hand-written ones: at most 2.4e-15 relative on the record); a change
+# that moves a number as shown, or a verdict, is many orders larger.
+CLOSE = {"rel_tol": 1e-9, "abs_tol": 1e-15}
+SHOWN = 40  # differences --check prints; a record summarized without its command lines differs in hundreds
 
 
 def declared() -> list[tuple[str, dict]]:
@@ -372,6 +385,114 @@ def per_study(state: dict) -> dict:
     return out
 
 
+def _claims_section(markdown: str) -> tuple[list[list[str]], list[str]]:
+    """A summary.md's claims table (its rows' cells) and the notes under it."""
+    rows, notes, inside = [], [], False
+    for line in markdown.splitlines():
+        if line.startswith("## "):
+            if inside:
+                break
+            inside = line == "## Claims"
+        elif inside and line.startswith("| ") and not line.startswith("| claim |"):
+            rows.append(line[2:-2].split(" | "))
+        elif inside and line.startswith("- "):
+            notes.append(line[2:])
+    return rows, notes
+
+
+def _same(a, b) -> bool:
+    """Equal, floats (in lists and dicts too) to CLOSE."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, **CLOSE)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def _markdown_differences(path: Path, summary) -> list[str]:
+    """Where summary.md's claims table and notes (`path`) are not what `summary` shows."""
+    old_rows, old_notes = _claims_section(path.read_text())
+    old, new = {r[0]: r for r in old_rows}, {r[0]: r for r in claims_table.claims_rows(summary)}
+    where = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+    out = [f"{where}: {name!r} is {'not recomputed' if name in old else 'recomputed, not checked in'}"
+           for name in sorted(set(old) ^ set(new))]
+    for name in (n for n in old if n in new):
+        out += [f"{where}: {name!r}: {column} {a or '(empty)'} checked in, {b or '(empty)'} recomputed"
+                for column, a, b in zip(claims_table.CLAIMS_HEADER, old[name], new[name]) if a != b]
+    if not out and old_notes != claims_table.claim_notes(summary):
+        out.append(f"{where}: the notes under the claims table are not what summarizing gives again")
+    return out
+
+
+def _json_differences(path: Path, summary) -> list[str]:
+    """Where summary.json's claims and protocol (`path`) are not `summary`'s: every field it has."""
+    from normbench.summary.show import report
+
+    old, new = json.loads(path.read_text()), json.loads(report.to_json(summary))
+    where = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+    by_key = {(c["study"], c["name"]): c for c in new["claims"]}
+    out = []
+    for k, v in old["protocol"].items():
+        again = new["protocol"].get(k)
+        if k == "family" and not _same(v, again):  # a list of 21 claims: say which differ
+            gone = [f"{s} · {n}" for s, n in v if [s, n] not in (again or [])]
+            added = [f"{s or '(no study)'} · {n}" for s, n in again or [] if [s, n] not in v]
+            out.append(f"{where}: protocol family: {len(v)} claims checked in, {len(again or [])} recomputed"
+                       + (f"; not recomputed: {'; '.join(gone)}" if gone else "")
+                       + (f"; recomputed, not checked in: {'; '.join(added)}" if added else ""))
+        elif not _same(v, again):
+            out.append(f"{where}: protocol {k}: {v!r} checked in, {again!r} recomputed")
+    for c in old["claims"]:
+        again = by_key.pop((c["study"], c["name"]), None)
+        if again is None:
+            out.append(f"{where}: {c['study']} · {c['name']!r} is not recomputed")
+            continue
+        out += [f"{where}: {c['study']} · {c['name']!r}: {k} {v!r} checked in, {again.get(k, '(none)')!r} recomputed"
+                for k, v in c.items() if not _same(v, again.get(k))]
+    out += [f"{where}: {study} · {name!r} is recomputed, not checked in" for study, name in by_key]
+    return out
+
+
+def recomputed(results: Path = RESULTS) -> list[str]:
+    """Where summarizing the checked-in runs again disagrees with the checked-in summaries (`--check`): the
+    joint one (docs/results/ as a whole: summary.json and summary.md) and each study's (its runs file:
+    summary.md, and the family it tested its primary claims in, which is the joint one's)."""
+    from normbench.summary.summarize import compute
+
+    out = []
+    joint = compute(results, select=SELECT)
+    if (results / "summary.json").exists():
+        out += _json_differences(results / "summary.json", joint)
+    if (results / "summary.md").exists():
+        out += _markdown_differences(results / "summary.md", joint)
+    family = joint.protocol.get("family")
+    for runs in sorted(results.glob(f"*/{RUNS}")):
+        s = compute(runs, select=SELECT)
+        if s.protocol.get("family") != family:
+            out.append(f"{runs.parent.name}: its primary claims are tested in a family of "
+                       f"{len(s.protocol.get('family', []))} claims, the joint summary's in one of {len(family or [])}")
+        if (runs.parent / "summary.md").exists():
+            out += _markdown_differences(runs.parent / "summary.md", s)
+    return out
+
+
+def stale() -> str:
+    """What --check finds stale without summarizing anything (a generated section, the figure), '' if
+    nothing."""
+    sections = [f"{path.relative_to(REPO)} {b}" for path, sections in wanted().items()
+                for (b, e), want in sections.items() if current(path.read_text(), b, e, path.name) != want]
+    if sections:
+        return (f"{'; '.join(sections)} section(s) differ from docs/results/ and the experiments' claims; run "
+                "python scripts/readme_claims.py")
+    tested = _tested(RESULTS)[0]
+    if any((tested.get((study, raw["name"])) or {}).get("estimate") is not None for study, raw in primary()) \
+            and not (RESULTS / FIGURE).exists():
+        return f"docs/results/{FIGURE} is missing; run python scripts/readme_claims.py"
+    return ""
+
+
 def wanted() -> dict[Path, dict[tuple[str, str], str]]:
     """Each generated file's sections, by their (begin, end) markers."""
     return {README: {(BEGIN, END): section()},
@@ -381,23 +502,25 @@ def wanted() -> dict[Path, dict[tuple[str, str], str]]:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if a generated section is not what it would write")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 if a generated section is not what it would write, or summarizing the runs files "
+                        "again does not give the checked-in summaries' claims")
     p.add_argument("--record", type=Path, metavar="OUT", help="check the reproduce run in OUT into docs/results/")
     args = p.parse_args(argv)
     if args.record:
         record(args.record)
     if args.check:
-        stale = [f"{path.relative_to(REPO)} {b}" for path, sections in wanted().items()
-                 for (b, e), want in sections.items() if current(path.read_text(), b, e, path.name) != want]
-        if stale:
-            print(f"readme_claims.py: {'; '.join(stale)} section(s) differ from docs/results/ and the experiments' "
-                  "claims; run python scripts/readme_claims.py", file=sys.stderr)
+        problem = stale()
+        if problem:
+            print(f"readme_claims.py: {problem}", file=sys.stderr)
             return 1
-        tested = _tested(RESULTS)[0]
-        if any((tested.get((study, raw["name"])) or {}).get("estimate") is not None for study, raw in primary()) \
-                and not (RESULTS / FIGURE).exists():
-            print(f"readme_claims.py: docs/results/{FIGURE} is missing; run python scripts/readme_claims.py",
-                  file=sys.stderr)
+        differ = recomputed()
+        if differ:
+            shown = differ[:SHOWN] + ([f"... and {len(differ) - SHOWN} more"] if len(differ) > SHOWN else [])
+            print("readme_claims.py: summarizing docs/results/'s runs files again does not give the checked-in "
+                  "summaries:\n  " + "\n  ".join(shown) + "\n(the runs or their command lines changed, or "
+                  "summarize did: check them in again with `normbench summarize ... --select lr` as "
+                  "docs/results/README.md says, or find what moved)", file=sys.stderr)
             return 1
         return 0
     figure()  # first: the README's section links it only where it exists

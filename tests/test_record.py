@@ -1,0 +1,79 @@
+"""The record as data (docs/results/<study>/runs.jsonl.gz): each run carries the command line that trained it,
+so summarizing the runs files gives the checked-in summaries again (scripts/readme_claims.py --check) and
+each run's command line is the one scripts/record_overrides.py rebuilds and checks against its config."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from normbench.summary import discover
+from normbench.summary import protocol as protocols
+
+RESULTS = REPO / "docs" / "results"
+
+
+def test_each_run_names_its_study_and_the_seeds_of_its_round():
+    """Reference: the record's layout, <study>/r<round>/<job>/<member> (normbench/study/jobs.py), and the
+    protocol's rounds (seeds 0-2, 3-4, 5-9): a run without its command line belongs to no experiment, and
+    summarize would count its study's primary claims as a family of their own (24 claims, not 21)."""
+    runs = discover.find_runs(RESULTS)
+    assert len(runs) == 2203
+    proto = protocols.load()
+    for r in runs:
+        study, _, round_folder, job, _ = r.path.relative_to(RESULTS).parts
+        seeds = list(protocols.round_seeds(proto, int(round_folder.removeprefix("r")) - 1))
+        assert r.study == study, r.path
+        assert f"pack.seeds=[{','.join(map(str, seeds))}]" in r.overrides, r.path
+        assert r.config["seed"] in seeds, r.path
+        assert ("-lr" in job) == any(o.startswith("pack.lrs=") and job.endswith(f"-lr{o[10:-1]}")
+                                     for o in r.overrides), r.path  # a widened job trains its one value
+
+
+@pytest.mark.slow  # ~30 s: every study summarized again from its runs file, and the joint summary
+def test_summarizing_the_runs_files_again_gives_the_checked_in_summaries():
+    """Reference: the checked-in summaries (summary.json's claims and protocol, each summary.md's claims table
+    and notes), made from the study's folders before they became runs files."""
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "readme_claims.py"), "--check"], capture_output=True,
+                       text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+
+
+def _has_commit(sha: str) -> bool:
+    return subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=REPO, capture_output=True).returncode == 0
+
+
+@pytest.mark.slow  # ~25 s: Hydra composes each of the record's 137 jobs
+def test_the_command_lines_are_the_rebuilt_ones_and_agree_with_each_runs_config():
+    """Reference: the record's commit (run.json's git_sha): its plans, its jobs' commands, and each run's
+    resolved config in its results.json."""
+    sha = json.loads((RESULTS / "run.json").read_text())["git_sha"]
+    if not _has_commit(sha):
+        pytest.skip(f"the record's commit {sha} is not in this clone's history")
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "record_overrides.py"), "--check"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+
+
+def test_a_runs_file_without_command_lines_fails_the_check(tmp_path):
+    """Reference: how summarize tells a run's study (its experiment= override): the converged study's runs
+    without their command lines are claims of no study, so its summary.md's claims are not recomputed."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import readme_claims
+
+    study = RESULTS / "converged"
+    runs = discover.read_runs_file(study / "runs.jsonl.gz")
+    for r in runs:
+        r.overrides = []
+    (tmp_path / "converged").mkdir()
+    discover.save_runs(runs, study / "runs.jsonl.gz", tmp_path / "converged" / "runs.jsonl.gz")
+    (tmp_path / "converged" / "summary.md").write_text((study / "summary.md").read_text())
+    from normbench.summary.summarize import compute
+
+    summary = compute(tmp_path / "converged" / "runs.jsonl.gz", select=readme_claims.SELECT)
+    differ = readme_claims._markdown_differences(tmp_path / "converged" / "summary.md", summary)
+    assert any("p (Holm) 1.9e-04 checked in, 2.2e-04 recomputed" in d for d in differ), differ
+    again = compute(study / "runs.jsonl.gz", select=readme_claims.SELECT)
+    assert readme_claims._markdown_differences(study / "summary.md", again) == []
