@@ -199,14 +199,15 @@ def test_resume_with_augmentation_matches_an_unbroken_run(cifar_root, tmp_path, 
 # model -> (attribute path to the first layer that sees the data, the size it must read)
 FIRST_LAYER = {"mlp": (lambda m: m.net[1].in_features, 3 * 32 * 32),
                "cnn": (lambda m: m.net[-4].in_features, 64 * 8 * 8),  # 2 stages pool 32 -> 8; classifier
+               "resnet": (lambda m: m.stem[0].in_channels, 3),  # the stem's conv reads the 3 colour channels
                "rnn": (lambda m: m.layers[0].input_size, 3 * 32),  # 32 rows, 3 x 32 features per step
                "transformer": (lambda m: m.embed.in_features, 3 * 32)}  # a token per row, as the RNN's steps
 
 
 @pytest.mark.parametrize("model", models.names())
 def test_default_models_are_sized_for_3x32x32(model):
-    """Reference: flattened 3*32*32 (MLP), 64 channels at 8x8 into the classifier (CNN), 3*32 per step (RNN)
-    and per token (Transformer)."""
+    """Reference: flattened 3*32*32 (MLP), 64 channels at 8x8 into the classifier (CNN), 3 channels into the
+    ResNet's stem (its global pooling takes any size), 3*32 per step (RNN) and per token (Transformer)."""
     net = models.create(ModelConfig(name=model), norms.factory("bn"), (3, 32, 32), 10)
     size, expected = FIRST_LAYER[model]
     assert size(net) == expected
@@ -218,8 +219,10 @@ def test_default_models_are_sized_for_3x32x32(model):
 def test_every_model_and_norm_gives_logits_and_gradients_on_colour(model, norm):
     """Reference: (N, 10) logits and a finite gradient on every parameter, for 3-channel 32x32 input."""
     small = {"mlp": ModelConfig(name="mlp", hidden=16), "cnn": ModelConfig(name="cnn", channels=[8, 16], hidden=16),
+             "resnet": ModelConfig(name="resnet", channels=[8, 8, 16], depth=1),
              "rnn": ModelConfig(name="rnn", hidden=16), "transformer": ModelConfig(name="transformer", hidden=16)}[model]
-    if {"mlp": "flat", "cnn": "image", "rnn": "seq", "transformer": "seq"}[model] not in norms.get(norm).layouts:
+    if {"mlp": "flat", "cnn": "image", "resnet": "image", "rnn": "seq", "transformer": "seq"}[model] \
+            not in norms.get(norm).layouts:
         pytest.skip(f"{norm} is not defined on this model's layout (test_models checks the refusal)")
     if model == "transformer" and norms.get(norm).reparameterizes:
         pytest.skip(f"{norm} reparameterizes layers the transformer does not build through it (test_models)")

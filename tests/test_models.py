@@ -11,10 +11,11 @@ from normbench.errors import UserError
 CONFIGS = {
     "mlp": ModelConfig(name="mlp", hidden=32, depth=2),
     "cnn": ModelConfig(name="cnn", channels=[8, 16], hidden=32),
+    "resnet": ModelConfig(name="resnet", channels=[8, 8, 16], depth=1),
     "rnn": ModelConfig(name="rnn", hidden=16, depth=2),
     "transformer": ModelConfig(name="transformer", hidden=16, depth=2),
 }
-LAYOUT = {"mlp": "flat", "cnn": "image", "rnn": "seq", "transformer": "seq"}
+LAYOUT = {"mlp": "flat", "cnn": "image", "resnet": "image", "rnn": "seq", "transformer": "seq"}
 
 
 @pytest.mark.parametrize("norm", norms.names())

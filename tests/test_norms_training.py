@@ -11,8 +11,9 @@ from normbench.errors import UserError
 from normbench.train.runner import run
 from normbench.train.tracking import NullTracker
 
-LAYOUT = {"mlp": "flat", "cnn": "image", "rnn": "seq", "transformer": "seq"}
+LAYOUT = {"mlp": "flat", "cnn": "image", "resnet": "image", "rnn": "seq", "transformer": "seq"}
 SMALL = {"mlp": ModelConfig(name="mlp", hidden=32), "cnn": ModelConfig(name="cnn", channels=[8, 16], hidden=32),
+         "resnet": ModelConfig(name="resnet", channels=[8, 8, 16], depth=1),
          "rnn": ModelConfig(name="rnn", hidden=24), "transformer": ModelConfig(name="transformer", hidden=16, depth=1)}
 
 

@@ -546,7 +546,7 @@ def test_packing_limits_ship_with_the_package():
     directory, that a regular `pip install .` copies besides the modules) and importlib.resources (how an
     installed package finds its data): the one limits file is there, a package-data pattern matches it, it
     is the file plan.pack_limits reads, and it holds docs/packing.md's CPU table (batch <= 64 for the MLP,
-    batch <= 8 and batch x S <= 40 for the CNN, batch <= 8 for the RNN) and nothing measured elsewhere yet."""
+    batch <= 8 and batch x S <= 40 for the CNN, batch <= 8 for the RNN, the Transformer and the residual CNN) and nothing measured elsewhere yet."""
     import ast
     from importlib import resources
     from pathlib import Path
@@ -567,7 +567,7 @@ def test_packing_limits_ship_with_the_package():
     assert "pack/limits.json" in matched, (patterns, "pack/limits.json")
     assert set(json.loads(shipped.read_text())) >= {"cpu", "cuda"}
     assert plan.pack_limits("cpu") == {"mlp": (64, None), "cnn": (8, 40), "rnn": (8, None),
-                                       "transformer": (8, None)}
+                                       "transformer": (8, None), "resnet": (8, None)}
     assert plan.pack_limits("mps") is None
 
 

@@ -1,5 +1,5 @@
-"""The model registry: MLP, CNN (feedforward.py), RNN (rnn.py, its cells in cells.py) and Transformer
-(transformer.py), each built from a norm constructor so any norm drops into any model.
+"""The model registry: MLP, CNN (feedforward.py), a residual CNN (resnet.py), RNN (rnn.py, its cells in
+cells.py) and Transformer (transformer.py), each built from a norm constructor so any norm drops into any model.
 
     make = norms.factory("gn", groups=8)
     model = models.create(ModelConfig(name="cnn"), make, in_shape=(1, 28, 28), num_classes=10)
@@ -20,6 +20,7 @@ from torch import nn
 from normbench.config import ModelConfig
 from normbench.errors import UserError
 from normbench.models.feedforward import CNN, MLP
+from normbench.models.resnet import ResNet
 from normbench.models.rnn import RNN, length_mask
 from normbench.models.transformer import Transformer
 from normbench.norms import LAYOUTS, NormFactory
@@ -27,8 +28,10 @@ from normbench.norms.batch import BatchNorm
 from normbench.norms.batch_stats import BatchStatistics
 from normbench.norms.registry import TAG
 
-_REGISTRY: dict[str, Callable[..., nn.Module]] = {"mlp": MLP, "cnn": CNN, "rnn": RNN, "transformer": Transformer}
-__all__ = ["CNN", "MLP", "RNN", "Transformer", "create", "length_mask", "names", "norm_values_per_channel", "validate"]
+_REGISTRY: dict[str, Callable[..., nn.Module]] = {"mlp": MLP, "cnn": CNN, "resnet": ResNet, "rnn": RNN,
+                                                  "transformer": Transformer}
+__all__ = ["CNN", "MLP", "RNN", "ResNet", "Transformer", "create", "length_mask", "names", "norm_values_per_channel",
+           "validate"]
 
 
 def names() -> list[str]:

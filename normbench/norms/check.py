@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from normbench.errors import UserError
-from normbench.norms.registry import NormFactory, create, get
+from normbench.norms.registry import NormFactory, get
 from normbench.norms.user import CUSTOM, factory
 
 C, N = 16, 6  # channels (every catalog norm's groups divide it), samples

@@ -30,7 +30,7 @@ METRICS = {"test_acc": "test accuracy (running statistics)",
            "test_acc_background": "test accuracy with background rows after the image (the second length manipulation)",
            "test_acc_precise_bn_past": "test accuracy with PreciseBN on the steps past the trained ones only (the control)"}
 CORE_METRICS = ("test_acc", "test_acc_train_mode")  # every study has these; a failed run is marked in them
-MODEL_ORDER = ["mlp", "cnn", "rnn", "transformer"]  # tables and figures list models in this order
+MODEL_ORDER = ["mlp", "cnn", "resnet", "rnn", "transformer"]  # tables and figures list models in this order
 MIN_N = 3  # cells with fewer seeds are marked: their interval is too wide to read, or undefined
 
 
