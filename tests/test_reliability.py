@@ -52,7 +52,7 @@ COMPOSITION_ERRORS = {
                                                    "valid keys of model: name, hidden"]),
     "added unknown key": ({"+batchsize": 8}, ["unknown key 'batchsize'"]),
     "unknown norm": ({"norm": "foo"}, ["unknown norm 'foo'", "choose one of:", "bn", "gn", "ln"]),
-    "unknown model": ({"model": "xyz"}, ["unknown model 'xyz'", "choose one of: cnn, mlp, rnn, transformer"]),
+    "unknown model": ({"model": "xyz"}, ["unknown model 'xyz'", "choose one of: cnn, mlp, resnet, rnn, transformer"]),
     "unknown dataset": ({"data": "mnist"}, ["unknown dataset 'mnist'", "fashion_mnist"]),
     "unknown experiment": ({"experiment": "nope"}, ["unknown experiment 'nope'"]),
     "wrong type int": ({"batch_size": "abc"}, ["batch_size=abc: batch_size takes an integer"]),

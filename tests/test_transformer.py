@@ -157,7 +157,7 @@ def test_patches_are_4x4_tokens_in_raster_order():
 
 
 @pytest.mark.parametrize("cfg,options,needle", [
-    (ModelConfig(name="transformer", placement="output"), {}, "model.placement=pre, post or peri"),
+    (ModelConfig(name="transformer", placement="output"), {}, "model.placement=pre, post, peri or mix"),
     (ModelConfig(name="transformer", hidden=30, heads=4), {}, "does not split into model.heads=4"),
     (ModelConfig(name="transformer"), {"name": "wn"}, "reparameterizes the layer before it"),
     (ModelConfig(name="transformer"), {"name": "in"}, "not defined on"),
