@@ -447,12 +447,12 @@ def test_bench_study_runs_the_baseline_commits_code_beside_this_one(tmp_path):
     cell's pack as one (2); the members' test accuracies are compared member by member, and the timings
     come with their ratios. Skipped where the checkout lacks the commit (an installed package, a shallow
     clone)."""
-    from normbench.bench import main, study
+    from normbench.bench import headline as study, main
 
     if study.checkout(study.BASELINE) is None:
         pytest.skip(f"needs a git checkout holding {study.BASELINE}")
     assert main(["--quick", "--sections", "headline", "--out", str(tmp_path), "--data-root", "./data"]) == 0
-    rows = json.loads((tmp_path / "bench.json").read_text())["study"]
+    rows = json.loads((tmp_path / "bench.json").read_text())["headline"]
     assert rows["cells"] == list(study.QUICK_CELLS) and rows["members_compared"] == 8
     assert 0 <= rows["max_test_acc_diff"] <= 0.01  # 5 steps: the same models up to float32 reordering
     for part in ("wall (processes)", "training", "evaluation"):
