@@ -295,7 +295,7 @@ def test_bench_quick_writes_json_and_markdown(tmp_path):
     report = json.loads((tmp_path / "bench.json").read_text())
     assert {"command", "device", "threads", "versions", "loop", "norms", "cells"} <= set(report)
     assert {(r["model"], r["batch_size"]) for r in report["loop"]} == {
-        (m, b) for m in ("mlp", "cnn", "rnn", "transformer") for b in (2, 64, 256)}
+        (m, b) for m in ("mlp", "cnn", "rnn", "transformer", "resnet") for b in (2, 64, 256)}
     for row in report["loop"]:
         for key in ("ratio", "ratio_trackers", "ratio_cpu", "ratio_vs_default_adam"):
             assert row[key]["min"] <= row[key]["median"] <= row[key]["max"] and row[key]["median"] > 0

@@ -24,7 +24,8 @@ from normbench.config import Config, DataConfig, ModelConfig, NormConfig, to_dic
 from normbench.train.loop import fit
 from normbench.train.tracking import NullTracker, RichTracker, TensorBoardTracker, Trackers
 
-CASES = (("mlp", "bn"), ("cnn", "bn"), ("rnn", "ln"), ("transformer", "ln"))  # (model, norm): the default runs
+# (model, norm): the default runs, and the residual CNN with BN, where the small-batch result lives
+CASES = (("mlp", "bn"), ("cnn", "bn"), ("rnn", "ln"), ("transformer", "ln"), ("resnet", "bn"))
 BATCH_SIZES = (2, 64, 256)
 LR = 1e-3
 
