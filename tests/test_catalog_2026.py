@@ -1,15 +1,18 @@
 """The 2025-26 placements and optimizer: Mix-LN (Li et al., ICLR 2025, arXiv 2412.13795), LayerNorm Scaling
-(Sun et al., NeurIPS 2025, arXiv 2502.05795) and Muon (Jordan et al. 2024; torch.optim.Muon)."""
+(Sun et al., NeurIPS 2025, arXiv 2502.05795) and Muon (Jordan et al. 2024; torch.optim.Muon); and the study
+that compares them, `normbench study catalog_2026`, run through the protocol end to end."""
 
 from __future__ import annotations
 
 import copy
+import json
 import math
 from dataclasses import replace
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import normbench_cli, write_tiny_fashion_mnist
 
 from normbench import models, norms
 from normbench.config import ModelConfig
@@ -166,3 +169,42 @@ def test_the_new_keys_train(overrides, tiny_cfg, tmp_path):
     """Reference: the run's own results.json: each trains to completion at the tiny size."""
     cfg = replace(tiny_cfg, **overrides, max_steps=5)
     assert run(cfg, tmp_path, tracker=NullTracker())["status"] == "completed"
+
+
+@pytest.mark.slow  # ~2.5 min on 2 shared cores: 8 calibrations and 42 runs of 30 steps
+@pytest.mark.timeout(900)
+def test_the_catalog_study_at_its_quick_size_runs_through_the_protocol(tmp_path):
+    """Reference: the protocol (docs/protocol.md) and the claims catalog_2026 declares before it runs
+    (normbench/configs/experiment/catalog_2026.yaml). `normbench study catalog_2026 scale=quick`, on a
+    FashionMNIST-format dataset of 1,000 + 200 images ($NORMBENCH_DATA; the real test set's 10,000 images
+    made evaluation three quarters of the study): the plan is printed before anything trains, every job of
+    its plan trains all its seeds to completion, the summary is written, and every declared claim gets an
+    estimate over the 3 seeds with the verdict `exploratory`. The study owns no primary claim, so its look
+    tests none and no later round trains."""
+    from normbench.study import jobs, spec
+    from normbench.study.rounds import declared_claims, primary_claims
+
+    data = write_tiny_fashion_mnist(tmp_path / "data", n_train=1000)  # the quick size's 500 validation + 500
+    out = tmp_path / "study"
+    r = normbench_cli("study", "catalog_2026", "scale=quick", f"out={out}", cwd=tmp_path,
+                      env={"NORMBENCH_DATA": str(data)}, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    study = spec.load("catalog_2026")
+    assert primary_claims(study) == []
+    state = json.loads((out / "study.json").read_text())
+    universe = jobs.study_jobs(study, "quick", state["widened"])
+    assert r.stdout.index(f"round 1, seeds 0-2: {len(universe)} jobs") < r.stdout.index("round 1: ")
+    assert "look 1 (seeds 0-2, level " in r.stdout and "0 of 0 primary claims still open" in r.stdout
+    assert sorted(state["done"]) == sorted(str(jobs.directory(j, 0, out).relative_to(out)) for j in universe)
+    for job in universe:
+        runs = sorted(jobs.directory(job, 0, out).glob("seed=*/results.json"))
+        assert [p.parent.name for p in runs] == ["seed=0", "seed=1", "seed=2"], job.name
+        assert {json.loads(p.read_text())["status"] for p in runs} == {"completed"}, job.name
+    assert not (out / "catalog_2026" / "r2").exists()  # later rounds are for primary claims only
+    assert (out / "catalog_2026" / "summary" / "summary.json").exists()
+    summary = json.loads((out / "summary" / "summary.json").read_text())
+    by_name = {c["name"]: c for c in summary["claims"]}
+    assert set(by_name) == {c.name for c in declared_claims(study)}
+    for name, c in by_name.items():
+        assert (c["role"], c["verdict"], c["n"]) == ("exploratory", "exploratory", 3), name
+        assert c["ci_low"] <= c["estimate"] <= c["ci_high"], name
