@@ -197,8 +197,8 @@ def _legend(tested: dict, rows: list[tuple[str, claims.Claim]]) -> list[str]:
              f"carried the verdict, the exact sign-flip test (it rejects too: no normality needed) or the t-test "
              f"alone (it needs the differences' normality). Budget: the plateau check on the runs the claim reads "
              f"(validation accuracy over a run's last {PLATEAU_SHARE:.0%} of epochs, at least two, within "
-             f"{PLATEAU_POINTS:g} points): plateaued, budget-limited (how many of its runs were still moving), or not "
-             f"checkable "
+             f"{PLATEAU_POINTS:g} points): plateaued (every run it reads that the check can judge passed), "
+             f"budget-limited (how many of its runs were still moving), or not checkable "
              f"(runs of fewer than {PLATEAU_EPOCHS} epochs); lr at grid edge: a cell it reads chose the lowest or "
              f"highest lr of its grid (after any widening)."]
     if held:
