@@ -7,15 +7,19 @@ time in run.json), and each study's test-accuracy tables from its docs/results/<
     python scripts/readme_claims.py --check                      # exit 1 if a section or a summary disagrees
 
 README.md's `<!-- claims:begin -->` ... `<!-- claims:end -->` section is the primary claims (`role: primary` in
-normbench/configs/experiment/*.yaml: the confirmatory family of docs/protocol.md) with their verdicts, and
-docs/results/claims.png, their forest plot. docs/results/README.md has the same markers around every claim
-(primary, then exploratory) and `<!-- tables:begin -->` ... `<!-- tables:end -->` around each study's tables
-and figures, and `<!-- run:begin -->` ... `<!-- run:end -->` around how the record was made (run.json: its
-sittings, each round's and each study's seconds against the plan's). A claim the checked-in run does not hold (a study not yet run at its current design) says so
-instead of a verdict. Numbers are copied from summary.json and the summaries, never computed here:
-summarize tested them.
+normbench/configs/experiment/*.yaml: the confirmatory family of docs/protocol.md) with their verdicts, each
+with the model of the runs it reads (summary.json's models), the estimate its deciding look tested
+(look_estimate, look_ci_*), the test that carried the verdict (rests_on) and its budget label (the plateau
+check: budget_limited and the note's count), and docs/results/claims.png, their forest plot.
+docs/results/README.md has the same markers around every claim (primary, then exploratory) and
+`<!-- tables:begin -->` ... `<!-- tables:end -->` around each study's tables and figures, and
+`<!-- run:begin -->` ... `<!-- run:end -->` around how the record was made (run.json: its sittings, each
+round's and each study's seconds against the plan's). A claim the checked-in run does not hold (a study not
+yet run at its current design) says so instead of a verdict. Numbers are copied from summary.json and the
+summaries, never computed here: summarize tested them.
 
---check also summarizes the runs files again (docs/results/<study>/runs.jsonl.gz, each as `normbench
+--check compares every generated section with what docs/results/ gives (and names the claim and column
+that differ), and also summarizes the runs files again (docs/results/<study>/runs.jsonl.gz, each as `normbench
 summarize <study>/runs.jsonl.gz --select lr` reads it, and docs/results/ as a whole as the joint summary) and
 compares every claim with the checked-in summaries: summary.json's claims and protocol (every field, floats
 to the last bits a numerical library may move), and each summary.md's claims table and notes (about 25 s
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +47,7 @@ from normbench.study.estimate import hms  # the study's own durations, as its co
 from normbench.summary import claims, discover
 from normbench.summary.show import claims_table
 from normbench.summary.stats import PAIRS_LIMIT, POWER
+from normbench.summary.tables import PLATEAU_EPOCHS, PLATEAU_POINTS, PLATEAU_SHARE
 
 EXPERIMENTS = REPO / "normbench" / "configs" / "experiment"
 RESULTS = REPO / "docs" / "results"
@@ -134,6 +140,81 @@ def _verdict(t: dict, role: str) -> str:
     return text
 
 
+MODELS = {"mlp": "MLP", "cnn": "CNN", "resnet": "ResNet", "rnn": "RNN", "transformer": "Transformer"}
+# summary.json's note, as normbench/summary/verdicts.py words it: how many runs a claim reads had not plateaued,
+# and whether a cell it reads chose its lr at its grid's edge
+MOVING = re.compile(r"budget-limited: (\d+) of (\d+) runs it reads had not plateaued")
+EDGE = re.compile(r"reads (\d+) cells? whose lr was chosen at its grid's edge")
+RESTS = {"t-test": "t-test", "exact": "exact"}  # summary.json's rests_on, as the table's test column says it
+
+
+def _model(t: dict) -> str:
+    """The model of the runs a claim reads (summary.json's models)."""
+    return ", ".join(MODELS.get(m, m) for m in t.get("models") or [])
+
+
+def _as_tested(t: dict, c: claims.Claim) -> str:
+    """a − b [95% CI] over the pairs its deciding look (or its last) tested (summary.json's look_estimate and
+    look_ci_*); an exploratory claim's, and a record's made before those fields, over every pair."""
+    if t.get("look_estimate") is None:
+        return _ci(t, c)
+    return _ci({"estimate": t["look_estimate"], "ci_low": t["look_ci_low"], "ci_high": t["look_ci_high"]}, c)
+
+
+def _differs(t: dict, c: claims.Claim) -> bool:
+    """Does the estimate the look tested differ, as printed, from the one over every pair?"""
+    return _as_tested(t, c) != _ci(t, c)
+
+
+def _test(t: dict) -> str:
+    """The test that carried a held or refuted verdict (summary.json's rests_on); '—' where none did."""
+    return RESTS.get(t.get("rests_on") or "", "—") if t["verdict"] in ("held", "refuted") else "—"
+
+
+def _budget(t: dict) -> str:
+    """The plateau check on the runs a claim reads (summary.json's budget_limited and its note): plateaued,
+    budget-limited (how many had not), or not checkable; and a cell whose lr sits at its grid's edge."""
+    if not t["n"]:
+        return ""
+    b = t.get("budget_limited")
+    moving = MOVING.search(t.get("note") or "")
+    text = ("not checkable" if b is None else "plateaued" if not b else
+            f"budget-limited ({moving[1]} of {moving[2]} runs still moving)" if moving else "budget-limited")
+    edge = EDGE.search(t.get("note") or "")
+    return text + (f"; lr at grid edge ({edge[1]} cell{'s' * (edge[1] != '1')})" if edge else "")
+
+
+def _legend(tested: dict, rows: list[tuple[str, claims.Claim]]) -> list[str]:
+    """What the table's model, estimate, test and budget columns say, with the counts over the claims shown,
+    and, where the estimate a look tested differs from the one over every pair, the latter."""
+    got = [(c, tested[(study, c.name)]) for study, c in rows if (study, c.name) in tested]
+    held = [t for _, t in got if t["verdict"] == "held"]
+    decided = [t for _, t in got if t["verdict"] in ("held", "refuted")]
+    count = {label: sum(_budget(t).startswith(label) for t in held)
+             for label in ("plateaued", "budget-limited", "not checkable")}
+    lines = [f"Model: the model of the runs the claim reads. a − b as tested: the pairs of the look that decided "
+             f"the claim (or the last look), each seed's lr chosen on the other seeds of that look. Test: what "
+             f"carried the verdict, the exact sign-flip test (it rejects too: no normality needed) or the t-test "
+             f"alone (it needs the differences' normality). Budget: the plateau check on the runs the claim reads "
+             f"(validation accuracy over a run's last {PLATEAU_SHARE:.0%} of epochs, at least two, within "
+             f"{PLATEAU_POINTS:g} points): plateaued (every run it reads that the check can judge passed), "
+             f"budget-limited (how many of its runs were still moving), or not checkable "
+             f"(runs of fewer than {PLATEAU_EPOCHS} epochs); lr at grid edge: a cell it reads chose the lowest or "
+             f"highest lr of its grid (after any widening)."]
+    if held:
+        lines += ["", (f"Of the {len(held)} held: {sum(t.get('rests_on') == 't-test' for t in held)} rest on the "
+                       f"t-test alone; {count['plateaued']} {'passes' if count['plateaued'] == 1 else 'pass'} the "
+                       f"plateau check, {count['budget-limited']} are budget-limited and {count['not checkable']} "
+                       "not checkable"
+                       f"{'' if len(decided) == len(held) else f' ({len(decided) - len(held)} refuted)'}.")]
+    every = [f"{c.name}, {_ci(t, c)}" for c, t in got if _differs(t, c)]
+    if every:
+        lines += ["", ("Over every pair the runs have, each lr chosen over all the seeds its cell trained (a later "
+                       "round trained it again for another claim), the estimate differs from the one its look "
+                       f"tested: {'; '.join(every)}.")]
+    return lines
+
+
 def _where(run: dict) -> str:
     """The machine(s) a record trained on: its sittings' (run.json "machine"), or an older record's cores."""
     return run["machine"] if run.get("sittings") else f"{run['cores']} cores"
@@ -152,50 +233,68 @@ def _source(run: dict | None, link: str) -> str:
     return text
 
 
+PRIMARY = ["study", "claim", "model", "hypothesis (points)", "pairs", "a − b [95% CI] as tested", "p (Holm)",
+           "verdict", "test", "budget"]  # the README's table of the primary claims
+
+
 def section(results: Path = RESULTS, link: str = "docs/results/") -> str:
     """README.md's section (without its marker lines): the primary claims and their figure."""
     tested, run = _tested(results)
-    lines = [_source(run, link), "",
-             "| study | claim | hypothesis (points) | pairs | a − b [95% CI] | p (Holm) | verdict |",
-             "|---|---|---|---|---|---|---|"]
-    for study, raw in primary():
-        c = claims.parse([raw], study, study)[0]  # the claim as summarize reads it: its wording, its unit
+    lines = [_source(run, link), "", "| " + " | ".join(PRIMARY) + " |", "|" + "---|" * len(PRIMARY)]
+    rows = [(study, claims.parse([raw], study, study)[0]) for study, raw in primary()]  # as summarize reads them
+    for study, c in rows:
         t = tested.get((study, c.name))
         if t is None:
-            lines.append(f"| {study} | {c.name} | {_hypothesis(c)} | | | | not in the checked-in run |")
+            lines.append(f"| {study} | {c.name} | | {_hypothesis(c)} | | | | not in the checked-in run | | |")
             continue
-        lines.append(f"| {study} | {c.name} | {_hypothesis(c)} | {t['n']} | {_ci(t, c)} | {_p(t['p_holm'])} | "
-                     f"{_verdict(t, 'primary')} |")
+        lines.append(f"| {study} | {c.name} | {_model(t)} | {_hypothesis(c)} | {t.get('look_n') or t['n']} | "
+                     f"{_as_tested(t, c)} | {_p(t['p_holm'])} | {_verdict(t, 'primary')} | {_test(t)} | "
+                     f"{_budget(t)} |")
+    lines += ["", *_legend(tested, rows)]
     if any(raw.get("note") for _, raw in declared()):
         where = f"[{'docs/results/' if link else ''}README.md]({link}README.md#every-claim)"
         lines += ["", (f"What each claim can and cannot conclude (the confounds that remain), as its experiment "
                        f"declares it: {where}, under the claims.")]
     if (results / FIGURE).exists():
-        lines += ["", (f"![The primary claims: a − b with its 95% t-interval (thick) and bootstrap interval (thin), "
+        lines += ["", (f"![The primary claims: a − b over every pair the runs have, with its 95% t-interval (thick) "
+                       f"and bootstrap interval (thin), "
                        f"the margin dashed, coloured by verdict]({link}{FIGURE})")]
     return "\n".join(lines)
+
+
+EVERY = {"primary": ["study", "claim", "model", "hypothesis (points)", "pairs", "a − b [95% CI] as tested", "p",
+                     "p (Holm)", "exact p (Holm)", "verdict", "test", "budget"],
+         "exploratory": ["study", "claim", "model", "hypothesis (points)", "pairs", "a − b [95% CI]", "p",
+                         "p (Holm)", "exact p (Holm)", "verdict", "budget"]}  # docs/results/README.md's tables
 
 
 def all_claims_section(results: Path = RESULTS, link: str = "") -> str:
     """docs/results/README.md's claims section: every declared claim, the primary ones first, then the
     exploratory ones (labelled so), with both p-values and the exact test's."""
     tested, run = _tested(results)
-    head = ["| study | claim | hypothesis (points) | pairs | a − b [95% CI] | p | p (Holm) | exact p (Holm) "
-            "| verdict |", "|---|---|---|---|---|---|---|---|---|"]
     lines = [_source(run, link), ""]
     for role, title in (("primary", "Primary claims: the protocol's confirmatory family (the README's table)"),
                         ("exploratory", "Exploratory claims: estimates, never held or refuted under the protocol")):
-        lines += [f"**{title}**", "", *head]
-        for study, raw in declared():
-            if (raw.get("role") or "exploratory") != role:
-                continue
-            c = claims.parse([raw], study, study)[0]
+        head = EVERY[role]
+        lines += [f"**{title}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        rows = [(study, claims.parse([raw], study, study)[0]) for study, raw in declared()
+                if (raw.get("role") or "exploratory") == role]
+        for study, c in rows:
             t = tested.get((study, c.name))
             if t is None:
-                lines.append(f"| {study} | {c.name} | {_hypothesis(c)} | | | | | | not in the checked-in run |")
+                lines.append(f"| {study} | {c.name} | | {_hypothesis(c)} | | | | | | not in the checked-in run |"
+                             + " |" * (len(head) - 10))
                 continue
-            lines.append(f"| {study} | {c.name} | {_hypothesis(c)} | {t['n']} | {_ci(t, c)} | {_p(t.get('p'))} | "
-                         f"{_p(t['p_holm'])} | {_p(t.get('p_exact_holm'))} | {_verdict(t, role)} |")
+            if role == "primary":  # the README's columns, with the unadjusted and the exact p beside Holm's
+                lines.append(f"| {study} | {c.name} | {_model(t)} | {_hypothesis(c)} | {t.get('look_n') or t['n']} | "
+                             f"{_as_tested(t, c)} | {_p(t.get('p'))} | {_p(t['p_holm'])} | "
+                             f"{_p(t.get('p_exact_holm'))} | {_verdict(t, role)} | {_test(t)} | {_budget(t)} |")
+            else:
+                lines.append(f"| {study} | {c.name} | {_model(t)} | {_hypothesis(c)} | {t['n']} | {_ci(t, c)} | "
+                             f"{_p(t.get('p'))} | {_p(t['p_holm'])} | {_p(t.get('p_exact_holm'))} | "
+                             f"{_verdict(t, role)} | {_budget(t)} |")
+        if role == "primary":
+            lines += ["", *_legend(tested, rows)]
         lines += _notes([(study, raw) for study, raw in declared() if (raw.get("role") or "exploratory") == role])
         lines.append("")
     return "\n".join(lines).rstrip("\n")
@@ -478,11 +577,45 @@ def recomputed(results: Path = RESULTS) -> list[str]:
     return out
 
 
+def _table_rows(section: str) -> dict[tuple[str, str], dict[str, str]]:
+    """A generated section's claims tables: each row's cells by column, keyed by (study, claim)."""
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    header: list[str] = []
+    for line in section.splitlines():
+        if not line.startswith("|"):
+            header = []
+        elif line.startswith("| "):  # not the |---| line; a hypothesis' bars are escaped (\|)
+            cells = line[2:-2].split(" | ")
+            if cells[:2] == ["study", "claim"]:
+                header = cells
+            elif header:
+                rows[cells[0], cells[1]] = dict(zip(header, cells))
+    return rows
+
+
+def _cell_differences(have: str, want: str) -> list[str]:
+    """Where a section's claims tables (`have`) are not what docs/results/ gives (`want`): by claim and column
+    (a claim's model, its estimate as tested, the test that carried it, its budget, ...)."""
+    old, new = _table_rows(have), _table_rows(want)
+    out = [f"{s} · {n!r} {'is not in docs/results/ and the experiments' if (s, n) in old else 'is missing'}"
+           for s, n in sorted(set(old) ^ set(new))]
+    for key in (k for k in old if k in new):
+        out += [f"{key[0]} · {key[1]!r}: {column} {old[key].get(column) or '(none)'!r} here, {value!r} from "
+                "docs/results/" for column, value in new[key].items() if old[key].get(column) != value]
+    return out
+
+
 def stale() -> str:
     """What --check finds stale without summarizing anything (a generated section, the figure), '' if
-    nothing."""
-    sections = [f"{path.relative_to(REPO)} {b}" for path, sections in wanted().items()
-                for (b, e), want in sections.items() if current(path.read_text(), b, e, path.name) != want]
+    nothing: which section, and in a claims table which claim's column (model, estimate as tested, test,
+    budget, ...) differs from summary.json."""
+    sections = []
+    for path, wanted_sections in wanted().items():
+        for (b, e), want in wanted_sections.items():
+            have = current(path.read_text(), b, e, path.name)
+            if have != want:
+                cells = _cell_differences(have, want)
+                sections.append(f"{path.relative_to(REPO)} {b}" + (f" ({'; '.join(cells[:SHOWN])})" if cells else ""))
     if sections:
         return (f"{'; '.join(sections)} section(s) differ from docs/results/ and the experiments' claims; run "
                 "python scripts/readme_claims.py")

@@ -333,6 +333,48 @@ def test_readme_claims_copy_the_checked_in_verdicts(tmp_path):
     assert every.count("not in the checked-in run") == len(readme_claims.declared()) - 1
 
 
+def test_readme_table_says_model_tested_estimate_test_and_budget(tmp_path, monkeypatch):
+    """Reference: summary.json's fields as verdicts.py writes them (issue 58, item 4): models, look_estimate and
+    look_ci_* (the pairs the deciding look tested, here other than the estimate over every pair, as for the
+    record's two ghost_batch claims), rests_on, budget_limited and the note's count of runs not plateaued and of
+    cells at their grid's edge. The README's row shows each, the legend counts the held claims, and --check
+    names the claim and the column a hand edit changed."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import readme_claims
+
+    (study, raw), (study2, raw2) = readme_claims.primary()[:2]
+    base = {"n": 5, "look": 2, "looks": 3, "look_n": 5, "p_holm": 0.001, "p": 1e-5, "p_exact_holm": 1.0,
+            "verdict": "held", "pairs_needed": None, "needed_to": ""}
+    rows = [{**base, "study": study, "name": raw["name"], "models": ["mlp"], "estimate": 0.249, "ci_low": 0.21,
+             "ci_high": 0.288, "look_estimate": 0.2526, "look_ci_low": 0.2212, "look_ci_high": 0.2841,
+             "rests_on": "t-test", "budget_limited": True,
+             "note": "budget-limited: 4 of 10 runs it reads had not plateaued (validation accuracy still moving "
+                     "over their last epochs); reads 2 cells whose lr was chosen at its grid's edge (grids to widen)"},
+            {**base, "study": study2, "name": raw2["name"], "models": ["cnn", "mlp"], "estimate": 0.1, "ci_low": 0.05,
+             "ci_high": 0.15, "look_estimate": 0.1, "look_ci_low": 0.05, "look_ci_high": 0.15, "rests_on": "exact",
+             "budget_limited": None, "note": ""}]
+    (tmp_path / "summary.json").write_text(json.dumps({"claims": rows}))
+    text = readme_claims.section(tmp_path)
+    first = next(line for line in text.splitlines() if f"| {raw['name']} |" in line)
+    assert first.endswith("| MLP | a − b > 0 | 5 | +25.3 [+22.1, +28.4] | 0.001 | **held** (look 2 of 3) | t-test | "
+                          "budget-limited (4 of 10 runs still moving); lr at grid edge (2 cells) |"), first
+    second = next(line for line in text.splitlines() if f"| {raw2['name']} |" in line)
+    assert "| CNN, MLP |" in second and second.endswith("| exact | not checkable |"), second
+    assert "Of the 2 held: 1 rest on the t-test alone; 0 pass the plateau check, 1 are budget-limited" in text
+    assert f"{raw['name']}, +24.9 [+21.0, +28.8]" in text  # the estimate over every pair, said beside
+    every = readme_claims.all_claims_section(tmp_path)
+    assert "| +25.3 [+22.1, +28.4] | 1e-05 | 0.001 | 1 | **held** (look 2 of 3) | t-test |" in every
+    # a hand edit of the model and the estimate: --check's first half names the claim and the columns
+    readme = tmp_path / "README.md"
+    edited = text.replace("| MLP | a − b > 0 | 5 | +25.3", "| CNN | a − b > 0 | 5 | +24.9")
+    readme.write_text(f"{readme_claims.BEGIN}\n{edited}\n{readme_claims.END}\n")
+    monkeypatch.setattr(readme_claims, "wanted", lambda: {readme: {(readme_claims.BEGIN, readme_claims.END): text}})
+    monkeypatch.setattr(readme_claims, "REPO", tmp_path)
+    said = readme_claims.stale()
+    assert f"{raw['name']!r}: model 'CNN' here, 'MLP' from docs/results/" in said, said
+    assert "a − b [95% CI] as tested '+24.9 [+22.1, +28.4]' here, '+25.3 [+22.1, +28.4]' from docs/results/" in said
+
+
 def test_readme_tables_copy_each_studys_accuracy_tables(tmp_path):
     """Reference: a study's summary.md as summarize writes it (the hand-made small-batch sweep): the
     docs/results/README.md section copies its test-accuracy table with running statistics word for word,

@@ -385,6 +385,9 @@ def test_a_look_waits_for_its_rounds_runs(tmp_path):
     (r,) = compute(tmp_path / "runs", claims_file=_primary_claim(tmp_path)).claims
     assert (r.verdict, r.look, r.look_n, r.look_seeds, r.n) == ("inconclusive", 1, 3, [0, 1, 2], 4)
     assert "look 2 reads seeds 0-4: seed 4 has no finished run yet" in r.note
+    # what look 1 tested (its 3 pairs) beside the estimate over all 4, as summary.json and the README show them
+    assert r.look_estimate == pytest.approx(0.25 / 3) and r.estimate == pytest.approx(0.36 / 4)
+    assert r.look_ci == pytest.approx(stats.t_interval([0.10, 0.12, 0.03])) and r.models == ["mlp"]
 
 
 if __name__ == "__main__":

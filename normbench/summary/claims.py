@@ -143,9 +143,12 @@ class ClaimResult:
     looks: int = 0  # the looks the protocol plans
     look_n: int | None = None  # the pairs that look read
     look_seeds: list[int] = field(default_factory=list)  # their seeds: of that look's rounds (protocol.look_seeds)
+    look_estimate: float | None = None  # mean of a - b over the pairs that look tested (its lrs chosen within them)
+    look_ci: tuple[float, float] | None = None  # ... and its 95% t-interval: what the verdict read
     level: float | None = None  # that look's share of alpha
     rests_on: str = ""  # held/refuted: "exact" or "t-test"
     budget_limited: bool | None = None  # a run it reads failed the plateau check (None: none checkable)
+    models: list[str] = field(default_factory=list)  # model.name of the runs it reads
     at_chance: list[str] = field(default_factory=list)  # the diverged runs scored at chance
     pairs_needed: int | None = None  # primary, undecided at the last look: pairs to decide it (stats.pairs_needed)
     needed_to: str = ""  # ... "hold" or "refute": the side its measured mean lies on
@@ -157,14 +160,17 @@ class ClaimResult:
         c = self.claim
         lo, hi = self.ci or (None, None)
         blo, bhi = self.bootstrap or (None, None)
+        llo, lhi = self.look_ci or (None, None)
         return {"name": c.name, "study": c.study, "role": self.role, "a": c.a, "b": c.b, "expect": c.expect,
                 "margin": c.margin, "metric": c.metric_of(c.a), "n": self.n, "seeds": self.seeds,
                 "mean_a": self.mean_a, "mean_b": self.mean_b, "metric_b": c.metric_of(c.b), "estimate": self.estimate,
                 "ci_low": lo, "ci_high": hi, "bootstrap_low": blo, "bootstrap_high": bhi, "p": self.p,
                 "p_holm": self.p_holm, "p_exact": self.p_exact, "p_exact_holm": self.p_exact_holm,
                 "p_refute_holm": self.p_refute, "p_exact_refute_holm": self.p_exact_refute, "look": self.look,
-                "looks": self.looks, "look_n": self.look_n, "look_seeds": self.look_seeds, "level": self.level,
+                "looks": self.looks, "look_n": self.look_n, "look_seeds": self.look_seeds,
+                "look_estimate": self.look_estimate, "look_ci_low": llo, "look_ci_high": lhi, "level": self.level,
                 "verdict": self.verdict, "rests_on": self.rests_on, "budget_limited": self.budget_limited,
+                "models": self.models,
                 "at_chance": self.at_chance, "pairs_needed": self.pairs_needed, "needed_to": self.needed_to,
                 "note": self.note}
 

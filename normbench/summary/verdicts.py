@@ -228,6 +228,7 @@ def _one(claim: Claim, runs: list[Run], grid: list[Run]) -> ClaimResult:
     res.at_chance = [str(r.path) for x in (a, b) for r in x.at_chance if _seed(r) in paired]
     read = [r for x in (a, b) for r in x.read if _seed(r) in paired and r.status == "completed"]
     res.budget_limited, budget = _plateau(read)
+    res.models = sorted({str(r.config["model.name"]) for r in read if r.config.get("model.name")})
     xa, xb = [a.values[s] for s in res.seeds], [b.values[s] for s in res.seeds]
     res.diffs = [x - y for x, y in zip(xa, xb)]
     res.mean_a, res.mean_b, res.estimate = statistics.fmean(xa), statistics.fmean(xb), statistics.fmean(res.diffs)
@@ -366,6 +367,7 @@ def _conclude(r: ClaimResult, primary: bool, proto, state: dict, last: dict, wai
     t = last[key]
     index, pv, adj = t.index, t.pvalues, t.adjusted
     r.look, r.look_n, r.look_seeds, r.level = index + 1, pv.n, t.seeds, proto.levels[index]
+    r.look_estimate, r.look_ci = statistics.fmean(t.diffs), stats.t_interval(t.diffs)
     r.p, r.p_against, r.p_exact, r.p_exact_against = pv.p, pv.p_against, pv.p_exact, pv.p_exact_against
     r.p_holm, r.p_refute = adj["p_holm"], adj["p_refute_holm"]
     r.p_exact_holm, r.p_exact_refute = adj["p_exact_holm"], adj["p_exact_refute_holm"]
