@@ -151,11 +151,9 @@ def measure_training(overrides: list[str], seeds: list[int]) -> Calibration:
     """Train the job's pack at `seeds` for STEPS steps here, each computation the runner would make (one
     after another), with the validation pass that ends them and no test suite; its step and validation
     costs (suite_s 0: `measure` gives the suite)."""
-    from normbench import data, regimes
+    from normbench import regimes
     from normbench.pack import plan
-    from normbench.pack.model import model_of
     from normbench.train import loop, runner
-    from normbench.train.optim import scaled_lr
     from normbench.train.tracking import NullTracker
 
     cfg, short = _short(overrides, seeds)
@@ -163,13 +161,9 @@ def measure_training(overrides: list[str], seeds: list[int]) -> Calibration:
     fits = []
     with tempfile.TemporaryDirectory() as tmp:
         decided = plan.decide(short, Path(tmp), "cpu")
-        for group in decided.groups:  # as runner._train_members builds each computation, up to its training
+        for group in decided.groups:  # each computation the runner would make, up to its test suite
             cfgs = [decided.members[k][1] for k in group.members]
-            device, make = runner.setup(group.cfg, regime)
-            splits = data.MemberSplits.of(data.load_each(cfgs, device))
-            trained = [replace(c, lr=scaled_lr(c)) for c in cfgs]
-            nets = [runner.build_model(t, make, s, device, {}) for t, s in zip(trained, splits.each)]
-            model = model_of(nets, seeds=[c.seed for c in cfgs], packs=group.packs).to(device)
+            device, splits, trained, _, model = runner.assemble(group.cfg, regime, cfgs, group.packs)
             fits.append(loop.train(model, splits, trained, [NullTracker() for _ in cfgs], device,
                                    batch_fn=regime.train_batches(group.cfg))[0])
     steps = max(1, fits[0].steps or 1)
