@@ -105,18 +105,10 @@ class NormbenchSlurmLauncher(SlurmLauncher):
         submitit jobs returned. hydra-submitit's launch builds its executor inside and reads each task's
         result in array order, raising at the first that died, with no way to wait for the others: hence
         this copy, through submitit's and Hydra's public API."""
-        import submitit
         from hydra.core.singleton import Singleton
         from hydra.core.utils import filter_overrides
-        from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-        from omegaconf import OmegaConf
 
-        own = {"submitit_folder", "max_num_timeout"}  # the executor's own keys; the rest are its parameters
-        timeouts = {f"slurm_{k}": v for k, v in self.params.items() if k == "max_num_timeout"}
-        executor = submitit.AutoExecutor(cluster="slurm", folder=self.params["submitit_folder"], **timeouts)
-        shared = set(OmegaConf.structured(BaseQueueConf).keys())  # every cluster's keys keep their names
-        executor.update_parameters(**{k if k in shared else f"slurm_{k}": v for k, v in self.params.items()
-                                      if k not in own})
+        executor = make_executor(self.params)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         log.info(f"Submitit 'slurm' sweep output dir : {sweep_dir}")
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -148,15 +140,10 @@ class NormbenchSlurmLauncher(SlurmLauncher):
         from normbench.train.interrupts import Outcome
 
         by_hand = "continue it with resume=true and the same hydra.sweep.dir"
-        if signal_name == "SIGUSR2":
-            why = "preempted or near its time limit"
-        elif signal_name == "SIGTERM":
-            job = _scontrol_job()
-            why = next((w for key, w in SLURM_ENDS.items() if key in job), None)
-            if why is None:
-                return Outcome(False, f"cancelled (scancel): not requeued; {by_hand}")
-        else:
-            return Outcome(False, by_hand)
+        why = slurm_reason(signal_name)
+        if why is None:
+            return Outcome(False, f"cancelled (scancel): not requeued; {by_hand}" if signal_name == "SIGTERM"
+                           else by_hand)
         if self.requeues >= self.max_requeues:
             return Outcome(False, f"{why}, but already requeued {self.requeues} times (hydra.launcher.max_requeues="
                                   f"{self.max_requeues}): not requeued; {by_hand}")
@@ -168,21 +155,58 @@ class NormbenchSlurmLauncher(SlurmLauncher):
         that resumes, and SLURM requeues the task, which then leaves (no result: the sweep keeps waiting)."""
         import submitit
 
-        env = submitit.JobEnvironment()
         self.requeues += 1
         overrides = [o for o in sweep_overrides if not o.startswith("resume=")] + ["resume=true"]
-        resumed = submitit.helpers.DelayedSubmission(self, overrides, job_dir_key, job_num, job_id,
-                                                     singleton_state)
-        # Written aside and moved over the submission, so the requeued task never reads half a file
-        pickle = Path(env.paths.submitted_pickle)
-        aside = pickle.with_name(pickle.name + ".resume")
-        resumed.dump(aside)
-        os.replace(aside, pickle)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue ends this process's step with SIGTERM
-        subprocess.run(["scontrol", "requeue", env.job_id], check=True, timeout=60)
-        print(f"normbench: requeued SLURM job {env.job_id} with resume=true (requeue {self.requeues} of at most "
+        job = requeue(submitit.helpers.DelayedSubmission(self, overrides, job_dir_key, job_num, job_id,
+                                                         singleton_state))
+        print(f"normbench: requeued SLURM job {job} with resume=true (requeue {self.requeues} of at most "
               f"{self.max_requeues})", file=sys.stderr, flush=True)
         sys.exit(-1)  # as submitit leaves a requeued task: no result pickle, so the sweep waits for the rerun
+
+
+def make_executor(params: dict):
+    """submitit's executor for a job array with the preset's parameters (`params`: the launcher's keys,
+    `submitit_folder` among them), as hydra-submitit's SlurmLauncher builds it; `normbench study` submits
+    its rounds through the same."""
+    import submitit
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from omegaconf import OmegaConf
+
+    own = {"submitit_folder", "max_num_timeout"}  # the executor's own keys; the rest are its parameters
+    timeouts = {f"slurm_{k}": v for k, v in params.items() if k == "max_num_timeout"}
+    executor = submitit.AutoExecutor(cluster="slurm", folder=params["submitit_folder"], **timeouts)
+    shared = set(OmegaConf.structured(BaseQueueConf).keys())  # every cluster's keys keep their names
+    executor.update_parameters(**{k if k in shared else f"slurm_{k}": v for k, v in params.items() if k not in own})
+    return executor
+
+
+def slurm_reason(signal_name: str) -> str | None:
+    """Why SLURM signalled this task, in words, where a requeue answers it: USR2 (a preemption warning or
+    the time limit near), or a SIGTERM that SLURM sent for a time limit or a preemption; None for a SIGTERM
+    from scancel, or any other signal."""
+    if signal_name == "SIGUSR2":
+        return "preempted or near its time limit"
+    if signal_name == "SIGTERM":
+        job = _scontrol_job()
+        return next((w for key, w in SLURM_ENDS.items() if key in job), None)
+    return None
+
+
+def requeue(resumed) -> str:
+    """Replace this task's submission by `resumed` (a submitit DelayedSubmission) and requeue the task
+    (`scontrol requeue`); returns its SLURM job id. The caller then leaves without a result, so whoever
+    waits for the array keeps waiting for the requeued task."""
+    import submitit
+
+    env = submitit.JobEnvironment()
+    # Written aside and moved over the submission, so the requeued task never reads half a file
+    pickle = Path(env.paths.submitted_pickle)
+    aside = pickle.with_name(pickle.name + ".resume")
+    resumed.dump(aside)
+    os.replace(aside, pickle)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue ends this process's step with SIGTERM
+    subprocess.run(["scontrol", "requeue", env.job_id], check=True, timeout=60)
+    return env.job_id
 
 
 def _scontrol_job() -> str:
@@ -215,3 +239,9 @@ def _why(error: BaseException, job) -> str:
     if len(rules) >= 2 and rules[-1] > rules[0] + 1:
         return text[rules[-1] - 1].strip()[:400]
     return text[-1][:400] if text else str(job.state)
+
+
+def task_failure(job) -> str | None:
+    """A finished task's failure in one line (`_why`), or None where it completed."""
+    error = _error(job)
+    return None if error is None else _why(error, job)

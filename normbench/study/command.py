@@ -4,12 +4,14 @@
     normbench study ghost_batch scale=quick --plan       # the plan and its estimate only (calibrates)
     normbench study all scale=laptop budget=12h jobs=2   # every shipped study: the reproduce
     normbench study all out=outputs/reproduce            # ... run again: it resumes where it stopped
+    normbench study ghost_batch launcher=slurm slurm.partition=debug   # each round one SLURM job array
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -18,10 +20,11 @@ from normbench.errors import UserError
 from normbench.study import jobs as joblist
 from normbench.study import spec
 from normbench.study.estimate import hms, schedule
+from normbench.study.slurm import describe
 from normbench.study.rounds import Rounds, selection
 from normbench.summary import protocol as protocols
 
-SETTINGS = ("scale", "budget", "out", "jobs", "protocol")
+SETTINGS = ("scale", "budget", "out", "jobs", "protocol", "launcher")
 
 
 def parse_budget(text: str | None) -> float | None:
@@ -39,7 +42,9 @@ def _args(argv: list[str]) -> argparse.Namespace:
         prog="normbench study", description="Run shipped studies through the declared protocol (docs/protocol.md): "
         "rounds of seeds, a look at the family after each, lr grids widened at their edges, later rounds only "
         "for the claims still undecided. Prints the plan and its estimated time first; run it again to resume.",
-        epilog="settings can also be given as key=value: scale=quick budget=2h out=DIR jobs=2")
+        epilog="settings can also be given as key=value: scale=quick budget=2h out=DIR jobs=2 launcher=slurm; "
+        "with launcher=slurm, slurm.KEY=VALUE sets a key of the slurm preset (slurm.partition=debug, "
+        "slurm.gpus_per_node=1; docs/cluster.md)")
     p.add_argument("studies", nargs="*", help=f"shipped studies ({', '.join(spec.names())}), all (default), or "
                    "the path of a study file of your own (docs/examples/my_study.yaml)")
     p.add_argument("--scale", default="laptop", help="quick (minutes) | laptop (the record) | full (as shipped); "
@@ -49,12 +54,23 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=2, help="trainings side by side, one torch thread each (default: 2)")
     p.add_argument("--protocol", type=Path, default=None, help="a protocol.yaml of your own, declared before the "
                    "first run (default: normbench/configs/protocol.yaml)")
+    p.add_argument("--launcher", choices=("local", "slurm"), default="local", help="local: jobs= trainings here "
+                   "(default); slurm: each round's jobs as one SLURM job array, with the slurm preset's keys "
+                   "(normbench/configs/hydra/launcher/slurm.yaml) set as slurm.KEY=VALUE")
     p.add_argument("--plan", action="store_true", help="print the plan and its estimate; only the calibrations train (20 steps each, kept)")
+    slurm = [a for a in argv if a.startswith("slurm.")]  # the SLURM preset's keys, as train -m's hydra.launcher.
     # key=value, as the train command takes its settings
-    argv = [f"--{a}" if a.split("=", 1)[0] in SETTINGS and "=" in a else a for a in argv]
+    argv = [f"--{a}" if a.split("=", 1)[0] in SETTINGS and "=" in a else a for a in argv if a not in slurm]
     args = p.parse_args(argv)
     if args.jobs < 1:
         raise UserError(f"jobs={args.jobs}", "run at least one job at a time, e.g. jobs=2")
+    if slurm and args.launcher != "slurm":
+        raise UserError(f"{slurm[0]} is a SLURM setting, and the study trains here", "add launcher=slurm")
+    args.slurm = None
+    if args.launcher == "slurm":
+        from normbench.study.slurm import settings
+
+        args.slurm = settings(slurm)
     return args
 
 
@@ -75,19 +91,24 @@ def plan(study: Rounds, say=print) -> list[float]:
     """Print the plan: each round's jobs, runs, computations and estimated time (round 1's jobs; later
     rounds at most every primary claim's cells, as if none were decided; neither counts the lr values
     widening may add). Returns the estimates."""
-    proto = study.proto
+    proto, slurm = study.proto, study.slurm
     say(f"normbench study {' '.join(s.name for s in study.studies)} scale={study.scale} out={study.out} "
-        f"jobs={study.workers}" + (f" budget={hms(study.budget)}" if study.budget else ""))
+        + ("launcher=slurm" if slurm else f"jobs={study.workers}")
+        + (f" budget={hms(study.budget)}" if study.budget else ""))
+    if slurm:
+        say(f"on SLURM: each round's jobs (and each widening's) one job array, {describe(slurm)}; the estimates "
+            "are this machine's, and leave out the queue's waits")
     say(f"protocol: alpha {proto.alpha} over looks at {', '.join(map(str, proto.looks))} seeds ({proto.spending}); "
         f"lr grids widened by up to {proto.widen_limit} values a side (docs/protocol.md)")
-    estimates = []
+    estimates, tasks = [], []
     for index in range(len(proto.looks)):
         seeds = list(protocols.round_seeds(proto, index))
         jobs = study.round_jobs(index, None)
         seconds = [study.estimate(j, seeds) for j in jobs]
         runs = sum(j.members_per_seed * len(seeds) for j in jobs)
         comps = sum(_computations(j, seeds) for j in jobs)
-        estimates.append(schedule(seconds, study.workers))
+        estimates.append(schedule(seconds, study.executor.parallel))
+        tasks += seconds
         bound = "" if index == 0 else "at most "
         say(f"round {index + 1}, seeds {seeds[0]}-{seeds[-1]}: {bound}{len(jobs)} jobs, {runs} runs, {comps} "
             f"computations, {bound}~{hms(estimates[-1])}"
@@ -103,10 +124,34 @@ def plan(study: Rounds, say=print) -> list[float]:
                     n = sum(1 for j in jobs if j.study == s.name and j.sweep == sweep)
                     say(f"  {s.name}/{sweep}: {n} job{'s' * (n > 1)}: normbench train -m {' '.join(overrides)} "
                         f"pack.seeds=[{','.join(map(str, seeds))}]")
+        if slurm:
+            _say_array(study, jobs, seconds, estimates[-1], say)
     total = sum(estimates)
     say(f"in all: ~{hms(estimates[0])} for round 1, at most ~{hms(total)} if every round runs"
         + (f"; budget {hms(study.budget)}" if study.budget else ""))
+    if slurm:
+        say(f"on SLURM in all: at most {len(estimates)} arrays (one a round; a widening adds one), {len(tasks)} "
+            f"tasks, ~{hms(sum(tasks))} of task time, at most ~{hms(total)} of wall time at "
+            f"{slurm['array_parallelism']} at once, queue waits aside")
     return estimates
+
+
+def _say_array(study: Rounds, jobs, seconds: list[float], wall: float, say) -> None:
+    """A round's SLURM array as the plan says it: its tasks, each one's estimate (by study, the longest
+    first), its wall time at the array's parallelism, and the tasks its time limit would interrupt."""
+    slurm = study.slurm
+    say(f"  SLURM array: {len(jobs)} tasks, ~{hms(wall)} of wall time at {slurm['array_parallelism']} at once; each "
+        "task's estimate:")
+    for s in study.studies:
+        mine = sorted(((t, j) for t, j in zip(seconds, jobs) if j.study == s.name), key=lambda p: -p[0])
+        if mine:
+            say(f"    {s.name}: " + ", ".join(f"{j.name} ~{hms(t)}" for t, j in mine))
+    limit = 60 * slurm["timeout_min"] - slurm["signal_delay_s"]  # USR2 comes signal_delay_s before the limit
+    long = [t for t in seconds if t > limit]
+    if long:
+        say(f"    {len(long)} task{'s' * (len(long) > 1)} longer than slurm.timeout_min={slurm['timeout_min']}: "
+            f"each resumes from its checkpoint over up to {max(int(t // max(limit, 1)) + 1 for t in long)} "
+            f"allocations (slurm.max_requeues={slurm['max_requeues']})")
 
 
 def sitting() -> dict:
@@ -127,6 +172,12 @@ def sitting() -> dict:
             "device": device, "torch": torch.__version__, "git_sha": git_sha()}
 
 
+def _on_slurm(params: dict) -> dict:
+    """A sitting's launcher and device where its jobs train on SLURM (not this machine's device)."""
+    where = "each task's GPU (device=auto)" if params.get("gpus_per_node") else "each task's CPU (device=auto)"
+    return {"launcher": "slurm", "device": where}
+
+
 def main(argv: list[str]) -> int:
     args = _args(argv)
     from normbench.summary.summarize import summarize
@@ -136,7 +187,8 @@ def main(argv: list[str]) -> int:
         s.sweeps_at(args.scale)  # an unknown scale fails before anything runs
         if s.source is not None:  # a norm module beside the study file is found by the plan and every job
             _beside(s.source.parent)
-    study = Rounds(studies, args.scale, args.out, args.jobs, parse_budget(args.budget), protocol=args.protocol)
+    study = Rounds(studies, args.scale, args.out, args.jobs, parse_budget(args.budget), protocol=args.protocol,
+                   slurm=args.slurm)
     estimates = plan(study)
     spent = study.state.spent
     if study.budget is not None and spent == 0 and estimates[0] > study.budget:
@@ -147,7 +199,7 @@ def main(argv: list[str]) -> int:
     if spent:
         print(f"resuming {args.out}: {hms(spent)} trained so far")
     try:
-        why = study.run(sitting())
+        why = study.run(sitting() | (_on_slurm(args.slurm) if args.slurm else {}))
     except KeyboardInterrupt:
         print(f"normbench: interrupted: run the same command again to continue ({args.out}/study.json)",
               file=sys.stderr)
@@ -162,8 +214,9 @@ def main(argv: list[str]) -> int:
     files = summarize(args.out, args.out / "summary", select=selection(args.out), **own)
     print("wrote " + ", ".join(str(f) for f in files.values()))
     if study.failed:
-        print(f"normbench: error: {len(study.failed)} job(s) failed: {'; '.join(study.failed)}; run the same "
-              "command again to retry them", file=sys.stderr)
+        print(f"normbench: error: {len(study.failed)} job(s) failed: {'; '.join(study.failed)}; the look waits "
+              f"for them: run the same command again to retry them: {shlex.join(['normbench', 'study', *argv])}",
+              file=sys.stderr)
         return 1
     return 0
 

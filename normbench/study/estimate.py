@@ -1,18 +1,28 @@
 """What a study will cost, before it runs: a short calibration of its jobs on this machine, projected.
 
-    cal = calibrate(job_overrides, seeds, cache)    # seconds a step, the test suite, one validation pass
-    seconds = projected(cal, job_overrides)          # the job at its full budget
+    cal = Calibrations(out / "calibration.json").get(job_overrides, seeds)   # a step, the suite, a validation
+    seconds = cal.scaled(members)                    # the job at its full budget, with members x the calibrated
     wall = schedule([seconds, ...], jobs=2)          # side by side on `jobs` workers (longest first)
 
 A job's time has two parts that scale apart (as bench section `eval` projects them): training is its steps x
 the seconds a step, evaluation is one validation pass an epoch (or cfg.validations in all) plus one test
-suite that does not depend on how long the model trained. A calibration trains the job's own pack (the
-round's seeds x its lrs, packed or not as `pack.mode=auto` decides) for a few steps in this process, then
-evaluates it with its whole suite; every figure is measured there, only the step count is the full budget's.
-A sweep's first job with each model and batch size is calibrated, and stands for the sweep's other jobs with
-that model and batch size (scaled by their members: the norm, ghost batch or placement they differ in is not
-measured apart; the estimate's error is that). Calibrations are kept in the study's folder
-(`calibration.json`), so planning again, or resuming, does not repeat them.
+suite that does not depend on how long the model trained. Both are measured on the job's own pack (the
+round's seeds x its lrs, packed or not as `pack.mode=auto` decides), in this process; only the step count
+is the full budget's:
+
+- **each cell's training** (`measure_training`): STEPS steps and the validation pass after them, without
+  the test suite. Every job whose overrides differ in more than cost-neutral keys (COST_NEUTRAL: its lr, its
+  seeds) is a cell of its own: norms that differ up to 2x in a step's cost (BN's ghost batches, Batch
+  Renorm, GN) are each measured.
+- **the evaluation suite** (`measure`: the same steps, then the whole suite), once per (model, regime) and
+  the passes the suite runs, which its norm (batch statistics or not, PreciseBN, saturation), the batch
+  size, the data and statistics_suite decide (`suite_key`): cells that differ only in how they train (an
+  optimizer, a schedule, a norm's eps or momentum, the steps) share it.
+- **a process's start** (`measure_start`: the interpreter, torch, Hydra, the data, the results), once: a
+  job pays it once, whatever its members (`Calibration.scaled`).
+
+Calibrations are kept in the study's folder (`calibration.json`), so planning again, or resuming, does not
+repeat them.
 """
 
 from __future__ import annotations
@@ -28,9 +38,18 @@ from pathlib import Path
 from normbench.train.budget import count_steps, validation_passes
 
 STEPS = 20  # calibration steps (after one untimed warm-up step inside the runner's own clock)
-START_S = 8.0  # a `normbench train` process: interpreter, torch, Hydra, data (measured: 7-9 s on 2 cores)
+# A `normbench train` process's own seconds (interpreter, torch, Hydra, data, results): measured once per
+# study folder (`measure_start`); this where it cannot be measured
+START_S = 8.0
 # Keys whose value does not change what a step or an evaluation costs (they do not key a calibration).
 COST_NEUTRAL = ("lr", "pack.lrs", "norm.eps", "norm.momentum", "norm.r_max", "norm.d_max", "seed", "pack.seeds")
+# Keys that change how a cell trains but not what its evaluation suite costs (they do not key a suite), and
+# the runtime keys no calibration reads.
+TRAINING_ONLY = ("epochs", "max_steps", "warmup_steps", "schedule", "optimizer", "aux_lr", "momentum",
+                 "weight_decay", "lr_scaling", "lr_ref_batch", "validations", "norm.eps_grad", "norm.alpha_init",
+                 "norm.shift_init", "norm.renorm_warmup_frac", "norm.renorm_r_ramp_frac", "norm.renorm_d_ramp_frac")
+RUNTIME = ("threads", "progress", "tensorboard", "resume", "debug", "log_every", "claims", "data.root",
+           "data.download", "norm.track_stats", "norm.track_every", "device")
 
 
 @dataclass(frozen=True)
@@ -42,6 +61,7 @@ class Calibration:
     epochs: int
     max_steps: int | None
     validations: int | None = None  # cfg.validations: passes over the run (None: one an epoch)
+    start_s: float = START_S  # the process's own seconds, outside its training and evaluation
 
     @property
     def steps(self) -> int:
@@ -57,12 +77,31 @@ class Calibration:
 
     @property
     def seconds(self) -> float:
-        return START_S + self.steps * self.step_s + self.evaluation_s
+        return self.scaled(1.0)
+
+    def scaled(self, members: float) -> float:
+        """The job's seconds with `members` times the calibrated members (a later round's seeds, a widened
+        grid's one lr): its training and evaluation scale with them, the process's start does not."""
+        return self.start_s + members * (self.steps * self.step_s + self.evaluation_s)
 
 
 def signature(overrides: list[str]) -> tuple[str, ...]:
-    """The job's overrides without the cost-neutral keys: jobs with one signature share a calibration."""
+    """The job's overrides without the cost-neutral keys: its cell; jobs with one signature share a
+    calibration of their training."""
     return tuple(sorted(o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in COST_NEUTRAL))
+
+
+def suite_key(overrides: list[str]) -> str:
+    """What decides the cost of the job's evaluation suite: its composed config without the keys that only
+    change how it trains (TRAINING_ONLY), the cost-neutral and the runtime ones, and with its members' count
+    (pack.lrs' values do not matter, their number does). Jobs with one key share a suite calibration."""
+    from normbench.config import flatten, to_dict
+
+    flat = flatten(to_dict(compose(overrides)))
+    drop = set(COST_NEUTRAL) | set(TRAINING_ONLY) | set(RUNTIME)
+    kept = {k: v for k, v in flat.items() if k not in drop and k.split(".")[0] not in drop}
+    kept["members"] = len(flat.get("pack.lrs") or [None])
+    return json.dumps(sorted(kept.items()), default=str)
 
 
 def compose(overrides: list[str]):
@@ -101,15 +140,69 @@ def _train_images(cfg) -> int:
     return len(data.load(cfg.data, pick_device("cpu"), seed=0).train_x)
 
 
+def _short(overrides: list[str], seeds: list[int]):
+    """The job's config at `seeds`, and the same cut to STEPS steps: what a calibration trains."""
+    cfg = compose(overrides)
+    cfg = replace(cfg, pack=replace(cfg.pack, seeds=list(seeds)), seed=0, tensorboard=False, progress=False)
+    return cfg, replace(cfg, max_steps=min(STEPS, cfg.max_steps or STEPS))
+
+
+def measure_training(overrides: list[str], seeds: list[int]) -> Calibration:
+    """Train the job's pack at `seeds` for STEPS steps here, each computation the runner would make (one
+    after another), with the validation pass that ends them and no test suite; its step and validation
+    costs (suite_s 0: `measure` gives the suite)."""
+    from normbench import regimes
+    from normbench.pack import plan
+    from normbench.train import loop, runner
+    from normbench.train.tracking import NullTracker
+
+    cfg, short = _short(overrides, seeds)
+    regime = regimes.for_config(short)
+    fits = []
+    with tempfile.TemporaryDirectory() as tmp:
+        decided = plan.decide(short, Path(tmp), "cpu")
+        for group in decided.groups:  # each computation the runner would make, up to its test suite
+            cfgs = [decided.members[k][1] for k in group.members]
+            device, splits, trained, _, model = runner.assemble(group.cfg, regime, cfgs, group.packs)
+            fits.append(loop.train(model, splits, trained, [NullTracker() for _ in cfgs], device,
+                                   batch_fn=regime.train_batches(group.cfg))[0])
+    steps = max(1, fits[0].steps or 1)
+    validations = max(1, len(fits[0].history or []))
+    return Calibration(sum(f.train_seconds for f in fits) / steps, 0.0,
+                       sum(f.val_seconds for f in fits) / validations, max(1, _train_images(cfg) // cfg.batch_size),
+                       cfg.epochs, cfg.max_steps, cfg.validations)
+
+
+def measure_start() -> float:
+    """The seconds a `normbench train` process spends outside its training and evaluation (the interpreter,
+    torch, Hydra, reading the data, writing its results), here: a one-step run of the MLP in a process of
+    its own, its wall time less the training and evaluation its results.json records. START_S where that
+    run cannot be made (no data here, say): the jobs will say why."""
+    import subprocess
+    import sys
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "normbench", "train", "model=mlp", "max_steps=1", "statistics_suite=false",
+               "threads=1", "progress=false", "tensorboard=false", f"hydra.run.dir={run}"]
+        started = time.perf_counter()
+        try:
+            subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+            wall = time.perf_counter() - started
+            res = json.loads((run / "results.json").read_text())
+            return max(0.0, wall - res["train_s"] - res["eval_s"])
+        except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+            return START_S
+
+
 def measure(overrides: list[str], seeds: list[int]) -> Calibration:
-    """Train the job's pack at `seeds` for STEPS steps here, evaluate it, and read its costs."""
+    """Train the job's pack at `seeds` for STEPS steps here, evaluate it with its whole suite, and read its
+    costs."""
     from normbench.pack import plan
     from normbench.train import runner
 
-    cfg = compose(overrides)
-    cfg = replace(cfg, pack=replace(cfg.pack, seeds=list(seeds)), seed=0, tensorboard=False, progress=False)
+    cfg, short = _short(overrides, seeds)
     per_epoch = max(1, _train_images(cfg) // cfg.batch_size)
-    short = replace(cfg, max_steps=min(STEPS, cfg.max_steps or STEPS))
     with tempfile.TemporaryDirectory() as tmp:
         runner.run(short, Path(tmp))
         decided = plan.decide(short, Path(tmp), "cpu")
@@ -128,29 +221,53 @@ def measure(overrides: list[str], seeds: list[int]) -> Calibration:
 
 # Bumped when what a calibration measures changes, so a kept calibration.json is measured again: 2 since
 # members with their own data train as one computation (a per-seed pack was one group a seed before).
-FORMAT = 4  # 3: a variable-length design evaluates its own question's passes only; 4: cfg.validations kept
+FORMAT = 5  # 3: a variable-length design evaluates its own question's passes only; 4: cfg.validations kept;
+# 5: each cell's training, the suite per suite_key, and the process's start
 
 
 class Calibrations:
-    """The study folder's calibrations (calibration.json), measured on demand and kept."""
+    """The study folder's calibrations (calibration.json), measured on demand and kept: each cell's training
+    ("training", by `signature`), each suite ("suite", by `suite_key`) and a process's start ("start")."""
 
     def __init__(self, path: Path | None, say=print):
         self.path, self.say = (None if path is None else Path(path)), say  # None: kept in memory only
         self.known = json.loads(self.path.read_text()) if self.path and self.path.is_file() else {}
 
     def get(self, overrides: list[str], seeds: list[int]) -> Calibration:
-        key = json.dumps([list(signature(overrides)), list(seeds), FORMAT])
-        if key not in self.known:
-            shown = [o for o in overrides if not o.startswith(("max_steps=", "threads=", "progress=", "tensorboard="))]
-            self.say(f"calibrating ({STEPS} steps and the evaluation): {' '.join(shown)} "
-                     f"pack.seeds=[{','.join(map(str, seeds))}]")
-            started = time.perf_counter()
-            self.known[key] = asdict(measure(overrides, seeds)) | {"measured_s": time.perf_counter() - started}
-            if self.path is not None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self.path.write_text(json.dumps(self.known, indent=1))
-        fields = {k: v for k, v in self.known[key].items() if k in Calibration.__dataclass_fields__}
-        return Calibration(**fields)
+        """The job's calibration: its cell's training, with its suite's cost and a process's start. A suite
+        not measured yet is measured on this job (its training comes with it)."""
+        suite = self._key("suite", suite_key(overrides), seeds)
+        training = self._key("training", signature(overrides), seeds)
+        start = self._key("start", "", [])
+        known = len(self.known)
+        if start not in self.known:
+            self.say("calibrating (a process's start): normbench train model=mlp max_steps=1")
+            self.known[start] = {"start_s": measure_start()}
+        if suite not in self.known:
+            full = self._measure(f"{STEPS} steps and the evaluation", measure, overrides, seeds)
+            self.known[suite] = {"suite_s": full["suite_s"], "measured_s": full["measured_s"]}
+            self.known.setdefault(training, {**full, "suite_s": 0.0})
+        elif training not in self.known:
+            self.known[training] = self._measure(f"{STEPS} steps", measure_training, overrides, seeds)
+        if len(self.known) > known and self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps(self.known, indent=1))
+        return self._calibration(training, suite, start)
+
+    @staticmethod
+    def _key(kind: str, what, seeds: list[int]) -> str:
+        return json.dumps([kind, what if isinstance(what, str) else list(what), list(seeds), FORMAT])
+
+    def _measure(self, what: str, how, overrides: list[str], seeds: list[int]) -> dict:
+        shown = [o for o in overrides if not o.startswith(("max_steps=", "threads=", "progress=", "tensorboard="))]
+        self.say(f"calibrating ({what}): {' '.join(shown)} pack.seeds=[{','.join(map(str, seeds))}]")
+        started = time.perf_counter()
+        return asdict(how(overrides, seeds)) | {"measured_s": time.perf_counter() - started}
+
+    def _calibration(self, training: str, suite: str, start: str) -> Calibration:
+        fields = {k: v for k, v in self.known[training].items() if k in Calibration.__dataclass_fields__}
+        return Calibration(**(fields | {"suite_s": self.known[suite]["suite_s"],
+                                        "start_s": self.known[start]["start_s"]}))
 
     def seconds(self, overrides: list[str], seeds: list[int]) -> float:
         return self.get(overrides, seeds).seconds

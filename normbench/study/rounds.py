@@ -17,17 +17,14 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from normbench.errors import UserError
 from normbench.study import jobs as joblist
 from normbench.study import spec
-from normbench.study.estimate import Calibrations, hms, schedule
+from normbench.study.estimate import Calibrations, hms, schedule, signature
 from normbench.summary import protocol as protocols
 
 STATE = "study.json"
@@ -47,6 +44,9 @@ class State:
     # too; a sitting stopped mid-job loses that job's partial seconds), and the plan's estimate of the job
     job_seconds: dict[str, list[float]] = field(default_factory=dict)
     sittings: list[dict] = field(default_factory=list)  # each invocation that trained: when, where, its code
+    # each SLURM array a batch went out as (study/slurm.py): {"id", "round", "label", "tasks": the jobs' keys,
+    # "jobs": each task's SLURM job id, "collected": the indices of the tasks whose end was recorded}
+    arrays: list[dict] = field(default_factory=list)
     finished: str | None = None
 
     @classmethod
@@ -101,10 +101,11 @@ def open_after(results, look_index: int) -> set[tuple[str, str]]:
 
 
 class Rounds:
-    """Runs `studies` at `scale` into `out`, `workers` jobs side by side, within `budget` seconds."""
+    """Runs `studies` at `scale` into `out`, `workers` jobs side by side (or, with `slurm`, the SLURM
+    parameters of study/slurm.py's `settings`, each batch as one job array), within `budget` seconds."""
 
     def __init__(self, studies: list[spec.Study], scale: str, out: Path, workers: int, budget: float | None,
-                 say=print, protocol: Path | None = None):
+                 say=print, protocol: Path | None = None, slurm: dict | None = None):
         self.studies, self.scale, self.out = studies, scale, Path(out)
         self.workers, self.budget, self.say = max(1, workers), budget, say
         # a study file's claims are a family of their own, under the protocol it declares
@@ -118,9 +119,25 @@ class Rounds:
         self.calibrations = Calibrations(self.out / "calibration.json", say)
         self.claims = {s.name: primary_claims(s) for s in studies}
         self.failed: list[str] = []
-        self._stopping, self._lock = False, threading.Lock()  # set once the study stops: no job starts after
+        self.slurm = slurm
+        self.executor = self._executor(slurm)
         self._universe: tuple[int | None, list[joblist.Job]] = (None, [])  # (widened values, the jobs)
         self._sitting: dict | None = None  # run()'s, until its first job starts
+
+    def _executor(self, slurm: dict | None):
+        """Where the jobs train: here, `workers` at once, or on SLURM with these parameters."""
+        from normbench.study.launch import Local
+
+        if slurm is None:
+            held = [a for a in self.state.arrays if len(a["collected"]) < len(a["tasks"])]
+            if held:  # its tasks may still train: training them here too would train a job twice
+                raise UserError(f"{self.out}: SLURM array {held[0]['id']} holds jobs of this study that it has not "
+                                "collected", "run the same command with launcher=slurm: it waits for the array "
+                                f"and collects it (scancel {held[0]['id']} first to stop its tasks)")
+            return Local(self.workers, self.out, self.say)
+        from normbench.study.slurm import Slurm
+
+        return Slurm(slurm, self.out, self.state, self.say)
 
     # --- what each round trains --------------------------------------------------------------------------
 
@@ -154,11 +171,10 @@ class Rounds:
         return [j for j in jobs if j.reads(claims)]
 
     def estimate(self, job: joblist.Job, seeds) -> float:
-        """Seconds for `job` at `seeds`: the calibration of its sweep's first job with its model, batch size
-        and training subset (its steps per epoch, so its validation passes; at round 1's seeds), scaled by the
-        members (seeds x lrs)."""
-        cal, scale = self._calibration(job, seeds)
-        return cal.seconds * scale
+        """Seconds for `job` at `seeds`: its cell's calibration (its training, and its suite's cost; at round
+        1's seeds), scaled by the members (seeds x lrs)."""
+        cal, members = self._calibration(job, seeds)
+        return cal.scaled(members)
 
     def evaluation(self, job: joblist.Job, seeds) -> float:
         """The seconds of `estimate` that go to evaluation (the suite and the validation passes)."""
@@ -166,27 +182,29 @@ class Rounds:
         return cal.evaluation_s * scale
 
     def _calibration(self, job: joblist.Job, seeds):
+        """The calibration that stands for `job`, and the factor its members scale it by: the first job of
+        the studies with its cell (`estimate.signature`: the same overrides but for cost-neutral ones), so a
+        grid value widening added is its base job's cell, one lr of it."""
         first = protocols.round_seeds(self.proto, 0)
-        same = ("model.name", "batch_size", "data.subset")
-        rep = next(j for j in self.universe() if j.study == job.study and j.sweep == job.sweep
-                   and all(j.config.get(k) == job.config.get(k) for k in same))
+        cell = signature(list(job.overrides))
+        rep = next((j for j in self.universe() if signature(list(j.overrides)) == cell), job)
         cal = self.calibrations.get(list(rep.overrides), list(first))
         return cal, len(seeds) / len(first) * job.members_per_seed / rep.members_per_seed
 
     # --- training ------------------------------------------------------------------------------------------
 
     def train(self, jobs: list[joblist.Job], index: int, label: str, key: str | None = None) -> None:
-        """`jobs` at round `index`'s seeds, `workers` side by side, each its own `normbench train` (logged
-        beside its folder); those finished before are skipped. Their seconds count under `key` (default:
-        the round's number; widening's under "<round> widening")."""
+        """`jobs` at round `index`'s seeds, each its own `normbench train` (logged beside its folder) where the
+        executor runs it; those finished before are skipped. Their seconds count under `key` (default: the
+        round's number; widening's under "<round> widening")."""
         seeds = list(protocols.round_seeds(self.proto, index))
         todo = [j for j in jobs if self._done_key(j, index) not in self.state.done]
         if not todo:
             return
         planned = {(j.study, j.name): self.estimate(j, seeds) for j in todo}  # the plan's calibrations
-        eta = schedule(list(planned.values()), self.workers)
+        eta = schedule(list(planned.values()), self.executor.parallel)
         self.say(f"{label}: {len(todo)} job{'s' * (len(todo) > 1)} at seeds {seeds[0]}-{seeds[-1]}, "
-                 f"{self.workers} at once, ~{hms(eta)}")
+                 f"{self.executor.describe()}, ~{hms(eta)}")
         started = time.perf_counter()
         key = key or str(index + 1)
         before = self.state.seconds.get(key, 0.0)  # an interrupted invocation's seconds stay counted
@@ -195,61 +213,27 @@ class Rounds:
         if self._sitting is not None:  # this invocation trains: where, and from how many jobs done
             self.state.sittings.append({**self._sitting, "jobs_done_before": len(self.state.done)})
             self._sitting = None
-        self._stopping = False
-        pool = ThreadPoolExecutor(self.workers)
-        try:  # longest first, as `schedule` assumes
-            order = sorted(todo, key=lambda j: -planned[(j.study, j.name)])
-            futures = {pool.submit(self._one, j, seeds, index): j for j in order}
-            for n, future in enumerate(as_completed(futures), 1):
-                job, (code, seconds, log) = futures[future], future.result()
-                plan = planned.pop((job.study, job.name))  # finished: what is left is the jobs still to end
-                done_key = self._done_key(job, index)
-                before_s = self.state.job_seconds.get(done_key, [0.0])[0]  # an earlier attempt's, failed
-                self.state.job_seconds[done_key] = [round(before_s + seconds, 1), round(plan, 1)]
-                if code == 0:
-                    self.state.done.append(done_key)
-                else:
-                    self.failed.append(f"{job.study}/{job.name} (exit {code}; {log})")
-                rest = schedule(list(planned.values()), self.workers)  # jobs in flight counted whole: at most
-                left = f"; the rest at most ~{hms(rest)} by the plan" if planned else ""
-                self.say(f"  [{n}/{len(todo)}] {job.study}/{job.name}: "
-                         f"{'done' if code == 0 else f'FAILED (exit {code}), see {log}'} in {seconds:.0f} s{left}")
-                self.state.seconds[key] = before + time.perf_counter() - started
-                self.state.save(self.out)
-        except BaseException as e:  # Ctrl-C, or an error: no queued job starts (the pool would train them all)
-            with self._lock:
-                self._stopping = True
-            pool.shutdown(wait=False, cancel_futures=True)
-            if isinstance(e, KeyboardInterrupt):
-                self.say("stopping: no other job starts; the jobs in flight stop at their next step (a SIGINT "
-                         "sent to this process alone does not reach them: they then train to their end)")
-            raise
-        finally:
-            pool.shutdown(wait=True)  # the jobs in flight end: on Ctrl-C the terminal's SIGINT reached them too
+        self.state.save(self.out)
+        order = sorted(todo, key=lambda j: -planned[(j.study, j.name)])  # longest first, as `schedule` assumes
+        for n, ended in enumerate(self.executor.train(order, seeds, index, label), 1):
+            job, code, seconds, log = ended.job, ended.code, ended.seconds, ended.log
+            plan = planned.pop((job.study, job.name))  # finished: what is left is the jobs still to end
+            done_key = self._done_key(job, index)
+            before_s = self.state.job_seconds.get(done_key, [0.0])[0]  # an earlier attempt's, failed
+            self.state.job_seconds[done_key] = [round(before_s + seconds, 1), round(plan, 1)]
+            if code == 0:
+                self.state.done.append(done_key)
+            else:
+                self.failed.append(f"{job.study}/{job.name} ({ended.note or f'exit {code}'}; log: {log})")
+            rest = schedule(list(planned.values()), self.executor.parallel)  # jobs in flight counted whole
+            left = f"; the rest at most ~{hms(rest)} by the plan" if planned else ""
+            status = "done" if code == 0 else f"FAILED ({ended.note or f'exit {code}'}), see {log}"
+            self.say(f"  [{n}/{len(todo)}] {job.study}/{job.name}: {status} in {seconds:.0f} s{left}")
+            self.state.seconds[key] = before + time.perf_counter() - started
+            self.state.save(self.out)
 
     def _done_key(self, job: joblist.Job, index: int) -> str:
         return str(joblist.directory(job, index, self.out).relative_to(self.out))
-
-    def _one(self, job: joblist.Job, seeds, index: int):
-        where = joblist.directory(job, index, self.out)
-        cmd = joblist.command(job, seeds, self.out, index)
-        log = where.parent / f"{job.name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        started = time.perf_counter()
-        with self._lock:  # a job taken from the queue as the study stops does not start
-            if self._stopping:
-                return 130, 0.0, log
-            f = open(log, "a")
-            try:
-                f.write("$ " + " ".join(cmd[2:]) + "\n")
-                f.flush()
-                proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
-            except BaseException:
-                f.close()
-                raise
-        with f:
-            code = proc.wait()
-        return code, time.perf_counter() - started, log
 
     # --- looks -----------------------------------------------------------------------------------------------
 
@@ -326,7 +310,7 @@ class Rounds:
             seeds = protocols.round_seeds(self.proto, index)
             if self.budget is not None:
                 need = schedule([self.estimate(j, seeds) for j in jobs
-                                 if self._done_key(j, index) not in self.state.done], self.workers)
+                                 if self._done_key(j, index) not in self.state.done], self.executor.parallel)
                 if need > 0 and self.state.spent + need > self.budget:
                     why = (f"the budget is spent: round {index + 1} would need ~{hms(need)} and "
                            f"{hms(max(0.0, self.budget - self.state.spent))} is left")

@@ -223,6 +223,20 @@ def _title(cfg: Config, where: dict | None) -> str:
     return title if where is None else f"{title} · {where['members']} {where['mode']}, showing {where['name']}"
 
 
+def assemble(cfg: Config, regime, cfgs, packs: plan.PackRule | None = None, results: list[dict] | None = None):
+    """What one computation trains, up to its training: (device, the members' splits, each member's config
+    at its effective lr, each member's network, the model of them all). `results`: each member's results,
+    given its parameter count."""
+    device, make = setup(cfg, regime)
+    # each member's own splits: one object for members that share a split seed (data.load's cache)
+    splits = data.MemberSplits.of(data.load_each(cfgs, device))
+    trained = [replace(c, lr=scaled_lr(c)) for c in cfgs]  # as each member trains: its effective lr
+    results = results or [{} for _ in cfgs]
+    nets = [build_model(t, make, s, device, r) for t, s, r in zip(trained, splits.each, results)]
+    model = model_of(nets, seeds=[c.seed for c in cfgs], packs=packs).to(device)
+    return device, splits, trained, nets, model
+
+
 def _train_members(cfg: Config, regime, members: list[tuple], checkpoint_dir: Path,
                    hparam_domains: dict[str, list] | None, tracker=None,
                    packs: plan.PackRule | None = None) -> list[dict[str, Any]]:
@@ -241,12 +255,7 @@ def _train_members(cfg: Config, regime, members: list[tuple], checkpoint_dir: Pa
     results = [start_results(c, d, w) for d, c, w in members]
     trackers: list = [tracker] if tracker is not None else [None] * len(members)  # closed however it ends
     try:
-        device, make = setup(cfg, regime)
-        # each member's own splits: one object for members that share a split seed (data.load's cache)
-        splits = data.MemberSplits.of(data.load_each(cfgs, device))
-        trained = [replace(c, lr=scaled_lr(c)) for c in cfgs]  # as each member trains: its effective lr
-        nets = [build_model(t, make, s, device, r) for t, s, r in zip(trained, splits.each, results)]
-        model = model_of(nets, seeds=[c.seed for c in cfgs], packs=packs).to(device)
+        device, splits, trained, nets, model = assemble(cfg, regime, cfgs, packs, results)
         trackers = _member_trackers(cfgs, dirs, wheres, hparam_domains, tracker)
         if cfg.norm.track_stats:  # forward hooks on a plain run's norm layers (a pack refuses the key)
             probe.attach(nets[0], trackers[0], cfg.norm.track_every)
