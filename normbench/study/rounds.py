@@ -1,10 +1,10 @@
 """A study run through the declared protocol, round by round (docs/protocol.md):
 
-    round 1 trains every job of the studies at seeds 0-2; before look 1 counts, each cell an undecided primary
-    claim reads that chose its lr at its grid's edge gets the next grid value (at the round's seeds, up to
-    protocol.widen_limit per side); look 1 decides what it can; round 2 trains, at seeds 3-4, only the jobs
-    the still-undecided claims read; and so on, until every primary claim is decided, the last look is
-    taken, or the budget is spent.
+    round 1 trains every job of the studies at the protocol's first seeds (1000-1002: protocol.round_seeds);
+    before look 1 counts, each cell an undecided primary claim reads that chose its lr at its grid's edge gets
+    the next grid value (at the round's seeds, up to protocol.widen_limit per side); look 1 decides what it
+    can; round 2 trains, at the next seeds (1003-1004), only the jobs the still-undecided claims read; and so
+    on, until every primary claim is decided, the last look is taken, or the budget is spent.
 
 Nothing about a look is stored: each is replayed from the runs in the output folder (summary.summarize's
 `compute`, which tests the family look by look), so running the same command again resumes where it
@@ -26,8 +26,7 @@ from normbench.study import jobs as joblist
 from normbench.study import spec
 from normbench.study.estimate import Calibrations, hms, schedule, signature
 from normbench.summary import protocol as protocols
-
-STATE = "study.json"
+from normbench.summary.frozen import STATE
 
 
 @dataclass
@@ -35,7 +34,7 @@ class State:
     """What the output folder's study.json keeps between invocations."""
     studies: list[str]
     scale: str
-    protocol: dict = field(default_factory=dict)  # alpha, looks, spending, widen_limit: fixed at the first run
+    protocol: dict = field(default_factory=dict)  # Protocol.numbers() (its seeds among them): fixed at the first run
     widened: list[dict] = field(default_factory=list)  # {"study", "base", "lr", "round"}
     done: list[str] = field(default_factory=list)  # job folders (relative to the study's) whose train exited 0
     jobs: dict[str, list[str]] = field(default_factory=dict)  # "<study>/<job>" -> the overrides it trained with
@@ -58,7 +57,7 @@ class State:
         if raw["studies"] != studies or raw["scale"] != scale:
             raise UserError(f"{out} holds a study of {', '.join(raw['studies'])} at scale={raw['scale']}",
                             "rerun it with those settings to continue it, or choose another out=")
-        if raw.get("protocol", protocol) != protocol:
+        if protocols.numbers_of(raw.get("protocol", protocol)) != protocol:
             raise UserError(f"{out} was started under another protocol ({raw['protocol']})",
                             "a protocol is declared before the first run: resume it under that one, or choose "
                             "another out=")
@@ -114,8 +113,7 @@ class Rounds:
             raise UserError(f"{self.claims_file} declares its own protocol", "drop protocol=, or edit the file's protocol:")
         self.proto = (_own_protocol(self.claims_file) if self.claims_file is not None else
                       protocols.load() if protocol is None else protocols.load(Path(protocol)))
-        fixed = {k: v for k, v in self.proto.describe().items() if k in ("alpha", "looks", "spending", "widen_limit")}
-        self.state = State.open(self.out, [s.name for s in studies], scale, fixed)
+        self.state = State.open(self.out, [s.name for s in studies], scale, self.proto.numbers())
         self.calibrations = Calibrations(self.out / "calibration.json", say)
         self.claims = {s.name: primary_claims(s) for s in studies}
         self.failed: list[str] = []
@@ -343,7 +341,8 @@ class Rounds:
         rows = [r for r in summary.claims if r.claim.key in mine]
         decided = [r for r in rows if r.verdict in ("held", "refuted") and r.look == index + 1]
         still = open_after(rows, index + 1)
-        self.say(f"look {index + 1} (seeds 0-{self.proto.looks[index] - 1}, level {self.proto.levels[index]:.3g}): "
+        seeds = protocols.look_seeds(self.proto, index)
+        self.say(f"look {index + 1} (seeds {seeds[0]}-{seeds[-1]}, level {self.proto.levels[index]:.3g}): "
                  f"{len(decided)} decided here, {len(still)} of {len(rows)} primary claims still open")
         for r in decided:
             s, (lo, hi) = r.claim.scale, r.ci or (math.nan, math.nan)

@@ -279,7 +279,8 @@ def load_file(path) -> ClaimsFile:
     study = isinstance(raw, dict) and "sweeps" in raw
     if isinstance(raw, dict) and (unknown := sorted(set(raw) - set(FILE_KEYS) - set(STUDY_KEYS if study else ()))):
         raise UserError(f"--claims {path}: unknown key(s) {', '.join(unknown)}",
-                        "give `claims:` (a list of claims) and, optionally, `protocol:` (alpha, looks, spending)")
+                        "give `claims:` (a list of claims) and, optionally, `protocol:` (alpha, looks, spending, "
+                        "seed_base)")
     found = parse(raw.get("claims") if isinstance(raw, dict) else raw, str(path), default_role="primary")
     family = [c.key for c in found if c.role == "primary"]
     declared = raw.get("protocol") if isinstance(raw, dict) else None
