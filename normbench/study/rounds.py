@@ -8,8 +8,10 @@
 
 Nothing about a look is stored: each is replayed from the runs in the output folder (summary.summarize's
 `compute`, which tests the family look by look), so running the same command again resumes where it
-stopped. `study.json` keeps what is not in the runs: the settings, the grid values widening added, the
-jobs finished, the seconds each round took, each job's seconds beside the plan's estimate of it, and each
+stopped. `study.json` keeps what is not in the runs: the settings, the family frozen at the start (its
+members as declared, the protocol's numbers, the commit and their hash, which every job's run records as
+`family_hash`; resuming under another family is refused), the grid values widening added, the jobs
+finished, the seconds each round took, each job's seconds beside the plan's estimate of it, and each
 sitting's machine (a record resumed elsewhere says so).
 """
 
@@ -25,6 +27,7 @@ from normbench.errors import UserError
 from normbench.study import jobs as joblist
 from normbench.study import spec
 from normbench.study.estimate import Calibrations, hms, schedule, signature
+from normbench.summary import frozen
 from normbench.summary import protocol as protocols
 from normbench.summary.frozen import STATE
 
@@ -47,12 +50,15 @@ class State:
     # "jobs": each task's SLURM job id, "collected": the indices of the tasks whose end was recorded}
     arrays: list[dict] = field(default_factory=list)
     finished: str | None = None
+    # the family frozen at the first run (frozen.freeze): its members as declared, the protocol's numbers, the
+    # commit, their hash; resuming under another family is refused
+    family: dict = field(default_factory=dict)
 
     @classmethod
-    def open(cls, out: Path, studies: list[str], scale: str, protocol: dict) -> State:
+    def open(cls, out: Path, studies: list[str], scale: str, protocol: dict, family: dict) -> State:
         path = out / STATE
         if not path.is_file():
-            return cls(studies, scale, protocol)
+            return cls(studies, scale, protocol, family=family)
         raw = json.loads(path.read_text())
         if raw["studies"] != studies or raw["scale"] != scale:
             raise UserError(f"{out} holds a study of {', '.join(raw['studies'])} at scale={raw['scale']}",
@@ -61,7 +67,13 @@ class State:
             raise UserError(f"{out} was started under another protocol ({raw['protocol']})",
                             "a protocol is declared before the first run: resume it under that one, or choose "
                             "another out=")
-        return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
+        if raw.get("family") and (differ := frozen.changed(raw["family"], family)):
+            raise UserError(f"{out} froze another family at its start: {differ}",
+                            "restore the claims it started with (study.json's family), or choose another out= "
+                            "for the new family")
+        state = cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
+        state.family = state.family or family  # a folder from before families were frozen takes this one
+        return state
 
     def save(self, out: Path) -> None:
         from normbench.results import atomic_write_text
@@ -77,19 +89,29 @@ class State:
 def declared_claims(study: spec.Study):
     """Every claim `study`'s experiment declares, primary and exploratory (claims.parse, as summarize reads
     them); a study file's, as a --claims file's (claims.load_file)."""
-    import yaml
-
-    from normbench.summary.claims import load_file, parse
+    from normbench.summary.claims import load_file, of_experiment
 
     if study.source is not None:
         return load_file(study.source).claims
-    path = spec.EXPERIMENTS / f"{study.experiment}.yaml"
-    return parse(yaml.safe_load(path.read_text()).get("claims"), str(path), study.experiment)
+    return of_experiment(spec.EXPERIMENTS / f"{study.experiment}.yaml")
 
 
 def primary_claims(study: spec.Study):
     """The primary claims `study`'s experiment declares: the protocol's family."""
     return [c for c in declared_claims(study) if c.role == "primary"]
+
+
+def family_members(proto, own) -> list:
+    """Every member of the family the looks test, as declared: the protocol's family (the shipped
+    experiments' primary claims, read from protocol.EXPERIMENTS as protocol.load reads them, or a study
+    file's own), then the studies' own primary claims (`own`) beyond it, as summarize adds them."""
+    from normbench.summary.claims import of_experiment
+
+    declared = {c.key: c for c in own}
+    if missing := set(proto.family) - set(declared):
+        for path in sorted(protocols.EXPERIMENTS.glob("*.yaml")):
+            declared.update({c.key: c for c in of_experiment(path) if c.key in missing})
+    return [declared[k] for k in proto.with_members(c.key for c in own).family]
 
 
 def open_after(results, look_index: int) -> set[tuple[str, str]]:
@@ -113,9 +135,13 @@ class Rounds:
             raise UserError(f"{self.claims_file} declares its own protocol", "drop protocol=, or edit the file's protocol:")
         self.proto = (_own_protocol(self.claims_file) if self.claims_file is not None else
                       protocols.load() if protocol is None else protocols.load(Path(protocol)))
-        self.state = State.open(self.out, [s.name for s in studies], scale, self.proto.numbers())
-        self.calibrations = Calibrations(self.out / "calibration.json", say)
+        from normbench.results import git_sha
+
         self.claims = {s.name: primary_claims(s) for s in studies}
+        family = frozen.freeze(family_members(self.proto, [c for s in studies for c in self.claims[s.name]]),
+                               self.proto, git_sha())
+        self.state = State.open(self.out, [s.name for s in studies], scale, self.proto.numbers(), family)
+        self.calibrations = Calibrations(self.out / "calibration.json", say)
         self.failed: list[str] = []
         self.slurm = slurm
         self.executor = self._executor(slurm)

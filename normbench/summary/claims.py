@@ -241,6 +241,14 @@ def parse(raw: Any, source: str, study: str = "", default_role: str = "explorato
     return out
 
 
+def of_experiment(path: Path) -> list[Claim]:
+    """Every claim the experiment file at `path` declares, scoped to its study (the file's name)."""
+    import yaml
+
+    path = Path(path)
+    return parse(yaml.safe_load(path.read_text()).get("claims"), str(path), path.stem)
+
+
 def _selector(where: str, side: str, sel: dict, known: set[str]) -> None:
     """A UserError naming the side for a selector key that is no config key (metric and minus aside)."""
     if bad := sorted(set(sel) - known - {MINUS}):

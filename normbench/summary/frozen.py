@@ -1,19 +1,27 @@
 """What a study folder's study.json fixes before its looks are taken (docs/protocol.md): the protocol it
-ran under.
+ran under and its family, frozen at the start.
 
     proto = recorded_protocol(folder, protocol.load())   # the numbers the study pinned (None: no study here)
+    family = freeze(claims, proto, commit)               # study.json's `family`: claims, numbers, commit, hash
+    changed(stored, family)                              # what differs, in words ('' : the same family)
 
-Why read it from there: a study's looks read the seeds it trained, which the protocol it pinned says (its
-seed base among them), not the protocol.yaml of the day: the checked-in record trained seeds 0-9 before
-fresh seeds from 1000 were declared.
+Why read the protocol from there: a study's looks read the seeds it trained, which the protocol it pinned
+says (its seed base among them), not the protocol.yaml of the day: the checked-in record trained seeds 0-9
+before fresh seeds from 1000 were declared. Why freeze the family: a summary replays the looks from the
+runs with the experiment files of the day, so a claim redefined or a protocol number changed after the
+study started would silently change what its looks decide; the hash makes such a change refusable on
+resume (study/rounds.py) and is each of its runs' `family_hash`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 STATE = "study.json"  # a study folder's state (study/rounds.py's State)
+CLAIM_KEYS = ("study", "name", "a", "b", "expect", "margin", "metric")  # what defines a member, not its words
 
 
 def study_state(folder: Path) -> dict | None:
@@ -30,5 +38,60 @@ def recorded_protocol(folder: Path, base):
     for where in (Path(folder), Path(folder).parent):
         state = study_state(where)
         if state and state.get("protocol"):
-            return base.with_numbers(state["protocol"])
+            return base.with_numbers(state["protocol"], (state.get("family") or {}).get("source"))
     return None
+
+
+def family_hash(folder: Path) -> str | None:
+    """The hash of the family the study in `folder` froze (None: no study, or one from before families
+    were frozen): each job's run records it (config `family_hash`)."""
+    state = study_state(folder)
+    return ((state or {}).get("family") or {}).get("hash")
+
+
+# --- the family frozen at the start -------------------------------------------------------------------------
+
+def claim_entry(claim) -> dict[str, Any]:
+    """A member as study.json keeps it: what its test depends on (its note and role are words, not the claim)."""
+    return {k: getattr(claim, k) for k in CLAIM_KEYS}
+
+
+def digest(claims: list[dict], numbers: dict) -> str:
+    """sha256 of the canonical JSON (sorted keys, no spaces) of the members, in (study, name) order, and the
+    protocol's numbers: the same family gives the same hash on any machine and in any file order."""
+    body = {"claims": sorted(claims, key=lambda c: (c["study"], c["name"])), "protocol": numbers}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def freeze(claims, proto, commit: str | None) -> dict[str, Any]:
+    """study.json's `family`: each member (`claims`: claims.Claim) as claim_entry, the protocol's numbers,
+    where they were declared, the commit of the first sitting, and the hash of members and numbers (not of
+    the commit: code changes are what the replay checks)."""
+    entries = sorted((claim_entry(c) for c in claims), key=lambda c: (c["study"], c["name"]))
+    numbers = proto.numbers()
+    return {"hash": digest(entries, numbers), "commit": commit, "source": proto.source, "protocol": numbers,
+            "claims": entries}
+
+
+def changed(stored: dict, family: dict) -> str:
+    """What differs between a stored family and `family`, in one phrase ('' where the hashes agree): the
+    protocol's numbers, then the first member gone, added or redefined (and how many more)."""
+    if stored.get("hash") == family["hash"]:
+        return ""
+    pinned = stored.get("protocol", {})
+    said = [f"protocol {k} {pinned.get(k)!r} -> {v!r}" for k, v in family["protocol"].items() if pinned.get(k) != v]
+    old = {(c["study"], c["name"]): c for c in stored.get("claims", [])}
+    new = {(c["study"], c["name"]): c for c in family["claims"]}
+    for what, keys in (("no longer declared", [k for k in old if k not in new]),
+                       ("added", [k for k in new if k not in old]),
+                       ("redefined", [k for k in new if k in old and new[k] != old[k]])):
+        if keys:
+            how = f" ({_fields(old[keys[0]], new[keys[0]])})" if what == "redefined" else ""
+            more = f" and {len(keys) - 1} more" if len(keys) > 1 else ""
+            said.append(f"claim {' · '.join(keys[0])!r} {what}{how}{more}")
+    return "; ".join(said) or "its hash differs"
+
+
+def _fields(old: dict, new: dict) -> str:
+    """'margin 0.0 -> 1.0': what a redefined member changed."""
+    return ", ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in CLAIM_KEYS if old.get(k) != new.get(k))
