@@ -6,13 +6,14 @@
     can; round 2 trains, at the next seeds (1003-1004), only the jobs the still-undecided claims read; and so
     on, until every primary claim is decided, the last look is taken, or the budget is spent.
 
-Nothing about a look is stored: each is replayed from the runs in the output folder (summary.summarize's
-`compute`, which tests the family look by look), so running the same command again resumes where it
-stopped. `study.json` keeps what is not in the runs: the settings, the family frozen at the start (its
-members as declared, the protocol's numbers, the commit and their hash, which every job's run records as
-`family_hash`; resuming under another family is refused), the grid values widening added, the jobs
-finished, the seconds each round took, each job's seconds beside the plan's estimate of it, and each
-sitting's machine (a record resumed elsewhere says so).
+Each look is taken by replaying the runs in the output folder (summary.summarize's `compute`, which tests
+the family look by look), so running the same command again resumes where it stopped; its decisions are
+stored in study.json the first time it is taken, as made, and a summary says where a replay disagrees.
+`study.json` keeps what is not in the runs: the settings, the family frozen at the start (its members as
+declared, the protocol's numbers, the commit and their hash, which every job's run records as
+`family_hash`; resuming under another family is refused), each look's decisions, the grid values widening
+added, the jobs finished, the seconds each round took, each job's seconds beside the plan's estimate of
+it, and each sitting's machine (a record resumed elsewhere says so).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class State:
     # the family frozen at the first run (frozen.freeze): its members as declared, the protocol's numbers, the
     # commit, their hash; resuming under another family is refused
     family: dict = field(default_factory=dict)
+    decisions: list[dict] = field(default_factory=list)  # each look's, as first made (frozen.look_entries)
 
     @classmethod
     def open(cls, out: Path, studies: list[str], scale: str, protocol: dict, family: dict) -> State:
@@ -348,6 +350,9 @@ class Rounds:
                 break
             summary = self.results()
             self._say_look(summary, index)
+            if not any(d["look"] == index + 1 for d in self.state.decisions):  # stored once, as first made
+                self.state.decisions += frozen.look_entries(summary.claims, index, self._members())
+                self.state.save(self.out)
             open_keys = open_after(summary.claims, index + 1) & self._members()
             if not open_keys:
                 why = "every primary claim of these studies is decided"

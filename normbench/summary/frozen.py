@@ -1,16 +1,19 @@
-"""What a study folder's study.json fixes before its looks are taken (docs/protocol.md): the protocol it
-ran under and its family, frozen at the start.
+"""What a study folder's study.json fixes before and as its looks are taken (docs/protocol.md): the protocol
+it ran under, its family frozen at the start, and each look's decisions as they were made.
 
     proto = recorded_protocol(folder, protocol.load())   # the numbers the study pinned (None: no study here)
     family = freeze(claims, proto, commit)               # study.json's `family`: claims, numbers, commit, hash
     changed(stored, family)                              # what differs, in words ('' : the same family)
+    entries = look_entries(results, index, members)      # look index's decisions, for study.json's `decisions`
+    stored_decisions(folder, results)                    # them, and where a replay with this code disagrees
 
 Why read the protocol from there: a study's looks read the seeds it trained, which the protocol it pinned
 says (its seed base among them), not the protocol.yaml of the day: the checked-in record trained seeds 0-9
-before fresh seeds from 1000 were declared. Why freeze the family: a summary replays the looks from the
-runs with the experiment files of the day, so a claim redefined or a protocol number changed after the
-study started would silently change what its looks decide; the hash makes such a change refusable on
-resume (study/rounds.py) and is each of its runs' `family_hash`.
+before fresh seeds from 1000 were declared. Why freeze the family and store the decisions: a summary
+replays the looks from the runs with the code and experiment files of the day, so a claim redefined, a
+protocol number changed or a bug fixed after the study started would silently change what its looks
+decided. The hash makes a changed family refusable on resume (study/rounds.py) and is each of its runs'
+`family_hash`; the stored decisions are printed beside the replay's verdicts, and a disagreement is said.
 """
 
 from __future__ import annotations
@@ -95,3 +98,51 @@ def changed(stored: dict, family: dict) -> str:
 def _fields(old: dict, new: dict) -> str:
     """'margin 0.0 -> 1.0': what a redefined member changed."""
     return ", ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in CLAIM_KEYS if old.get(k) != new.get(k))
+
+
+# --- each look's decisions, as made ---------------------------------------------------------------------------
+
+def look_entries(results, index: int, members) -> list[dict[str, Any]]:
+    """Look `index`'s (0-based) decisions for study.json: each member of `members` (keys) that the look
+    tested (summarize's ClaimResults, replayed up to this look), with its pairs, Holm-adjusted p's of its
+    hypothesis and of the opposite, the look's level and the verdict it left (held, refuted, inconclusive)."""
+    members = set(members)
+    return [{"look": index + 1, "study": r.claim.study, "name": r.claim.name, "pairs": r.look_n, "p": r.p_holm,
+             "p_refute": r.p_refute, "level": r.level, "verdict": r.verdict}
+            for r in results if r.role == "primary" and r.claim.key in members and r.look == index + 1]
+
+
+def latest(entries: list[dict]) -> dict[tuple[str, str], dict]:
+    """Each claim's last stored decision: the look that decided it, or the last that tested it."""
+    out: dict[tuple[str, str], dict] = {}
+    for e in sorted(entries, key=lambda e: e["look"]):
+        out[e["study"], e["name"]] = e
+    return out
+
+
+def disagreements(entries: list[dict], results) -> list[str]:
+    """Where a replay (`results`: summarize's ClaimResults) disagrees with the stored decisions: for each
+    claim, its verdict as of its last stored look against the stored one (a decision at another look
+    counts as a disagreement); 'study · name: stored held at look 1, replayed inconclusive at look 2'."""
+    replayed = {r.claim.key: r for r in results if r.role == "primary"}
+    out = []
+    for key, e in latest(entries).items():
+        r = replayed.get(key)
+        if r is None or r.look is None:
+            verdict, look = ("not in the family" if r is None else "not tested"), None
+        elif r.look > e["look"]:  # tested again after the stored look: undecided there
+            verdict, look = "inconclusive", e["look"]
+        else:
+            verdict, look = r.verdict, r.look
+        if (verdict, look) != (e["verdict"], e["look"]):
+            out.append(f"{' · '.join(key)}: stored {e['verdict']} at look {e['look']}, replayed {verdict}"
+                       + (f" at look {look}" if look is not None else ""))
+    return out
+
+
+def stored_decisions(folder: Path, results) -> dict[str, Any]:
+    """A summary's `decisions` for the study in `folder` (not its parent's: a study's own folder tests its
+    claims with the other studies' members at p = 1, so it may legitimately be more conservative): the
+    stored entries and where the replay disagrees; {} where the folder stores none."""
+    entries = (study_state(folder) or {}).get("decisions") or []
+    return {"stored": entries, "disagreements": disagreements(entries, results)} if entries else {}
