@@ -280,6 +280,9 @@ class Config:
     # The hypotheses an experiment declares before it runs (normbench/summary/claims.py); recorded with every run,
     # tested by `normbench summarize`. They describe the runs, they do not change them.
     claims: List[Any] = field(default_factory=list, metadata={"runtime": True})
+    # normbench study: the hash of the family (claims and protocol) its study.json froze at the start, so each run
+    # says which family it was trained for (docs/protocol.md); null outside a study
+    family_hash: Optional[str] = runtime(None)
 
     def __post_init__(self) -> None:
         for key, kind in (("optimizer", Optimizer), ("schedule", Schedule), ("lr_scaling", LrScaling)):

@@ -44,7 +44,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 from normbench.results import cpu_model
 from normbench.study.estimate import hms  # the study's own durations, as its console says them
-from normbench.summary import claims, discover
+from normbench.summary import claims, discover, frozen
+from normbench.summary import protocol as protocols
 from normbench.summary.show import claims_table
 from normbench.summary.stats import PAIRS_LIMIT, POWER
 from normbench.summary.tables import PLATEAU_EPOCHS, PLATEAU_POINTS, PLATEAU_SHARE
@@ -416,8 +417,10 @@ def current(text: str, begin: str = BEGIN, end: str = END, name: str = "README.m
 
 def record(out: Path) -> None:
     """Check the `normbench study` run in `out` (scripts/reproduce.sh) into docs/results/: its joint
-    summary.json, claims.csv and summary.md, run.json (the command, git shas, date, the machines it trained
-    on and each sitting's, seconds per round, why it stopped: from out/study.json), and each study's
+    summary.json, claims.csv and summary.md, its study.json (the protocol it pinned, which summarize reads,
+    its frozen family and each look's decisions as made), run.json (the command, git shas, date, the seeds
+    of each round, the family's hash, the machines it trained on and each sitting's, seconds per round, why
+    it stopped: from out/study.json), and each study's
     summary.md, figures and runs (every member's results.json and command line, as one runs file,
     <study>/runs.jsonl.gz, which `normbench summarize` reads as it reads the study's folder); main() then
     rewrites the generated sections and claims.png from them."""
@@ -444,8 +447,12 @@ def record(out: Path) -> None:
     where = ({"machine": " and ".join(sorted({f"{s['cpu']} ({s['cores']} cores, trained on {s['device']})"
                                               for s in sittings}))}
              if sittings else {"machine": cpu_model(), "cores": os.cpu_count()})
+    proto = frozen.recorded_protocol(out, protocols.load()) or protocols.load()  # the seeds it trained by round
+    rounds = [protocols.round_seeds(proto, i) for i in range(len(proto.looks))]
     run = {"command": f"normbench study {' '.join(state['studies'])} scale={state['scale']}",
-           "git_sha": sha.strip(), **where, "sittings": sittings,
+           "git_sha": sha.strip(), "seeds": {str(i): f"{r[0]}-{r[-1]}" for i, r in enumerate(rounds, 1)},
+           "family_hash": (state.get("family") or {}).get("hash"),
+           **where, "sittings": sittings,
            "date": time.strftime("%Y-%m-%d", time.gmtime(dates[-1])) if dates else "",
            "wall_s": round(sum(state["seconds"].values())), "seconds_per_round": state["seconds"],
            "seconds_per_study": per_study(state),
@@ -462,6 +469,7 @@ def record(out: Path) -> None:
                 and (r.results or r.status == "unreadable")]  # every run with a results.json
         discover.save_runs(kept, study, dest / RUNS)
     (RESULTS / "run.json").write_text(json.dumps(run, indent=2) + "\n")
+    shutil.copy(state_path, RESULTS / "study.json")
 
 
 def _member(path: Path) -> bool:

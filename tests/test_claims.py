@@ -82,11 +82,12 @@ def test_sign_flip_exact_by_enumeration():
                                                             _enumerate(SLEEP_D, "less", 3.0))
 
 
-def claim_sweep(root: Path, study: str = "") -> None:
-    """bn, gn, ln at batch 2 over 5 seeds: gn ~10 points above bn in every seed, ln within noise of gn."""
+def claim_sweep(root: Path, study: str = "", first: int = 0) -> None:
+    """bn, gn, ln at batch 2 over 5 seeds from `first` (a shipped study's: the protocol's seed_base): gn ~10
+    points above bn in every seed, ln within noise of gn."""
     noise = [0.004, -0.006, 0.002, 0.007, -0.003]
     overrides = [f"experiment={study}"] if study else None
-    for seed, e in enumerate(noise):
+    for seed, e in enumerate(noise, first):
         write_run(root, f"bn_{seed}", norm="bn", bs=2, seed=seed, test_acc=0.70 + e, overrides=overrides)
         write_run(root, f"gn_{seed}", norm="gn", bs=2, seed=seed, test_acc=0.80 + e / 2, overrides=overrides)
         write_run(root, f"ln_{seed}", norm="ln", bs=2, seed=seed, test_acc=0.80 - e / 3 + 0.001, overrides=overrides)
@@ -187,7 +188,7 @@ def test_same_runs_same_verdict_whatever_folder(tmp_path):
 
     proto = protocol.load()
     first, second = proto.family[0], proto.family[1]  # converged's first two primary claims
-    claim_sweep(tmp_path)
+    claim_sweep(tmp_path, first=proto.seed_base)  # the looks read the protocol's seeds
     runs = find_runs(tmp_path)
     for r in runs:  # the runs of the study that declared the claims
         r.overrides = [f"experiment={first[0]}"]
@@ -220,8 +221,10 @@ def test_claims_csv_only_where_claims_were_tested(tmp_path):
 def test_declared_claims_are_scoped_to_their_study(tmp_path):
     """Reference: the runs' recorded `claims` (as an experiment records them): a claim declared by
     small_batch's runs selects only among small_batch's runs, though another study has the same norms."""
-    claim_sweep(tmp_path / "a", study="small_batch")
-    claim_sweep(tmp_path / "b", study="ghost_batch")
+    from normbench.summary import protocol
+
+    claim_sweep(tmp_path / "a", study="small_batch", first=protocol.load().seed_base)
+    claim_sweep(tmp_path / "b", study="ghost_batch", first=protocol.load().seed_base)
     for results in (tmp_path / "a").rglob("results.json"):
         data = json.loads(results.read_text())
         data["config"]["claims"] = CLAIMS[:1]
@@ -474,7 +477,7 @@ def test_verdict_says_what_it_rests_on_and_its_budget(tmp_path):
     flat = [{"epoch": e, "acc/val": 0.7} for e in range(6)]
     declared = {"claims": [{"name": "gn beats bn", "a": {"norm.name": "gn"}, "b": {"norm.name": "bn"},
                             "expect": "greater", "role": "primary"}]}
-    for seed, x in enumerate(d):
+    for seed, x in enumerate(d, protocol.load().seed_base):  # the protocol's seeds, which its looks read
         write_run(tmp_path, f"gn_{seed}", norm="gn", seed=seed, test_acc=0.7 + x / 100, history=rising, config=declared)
         write_run(tmp_path, f"bn_{seed}", norm="bn", seed=seed, test_acc=0.7, history=flat, config=declared)
     levels = protocol.load().levels
@@ -547,8 +550,9 @@ def test_readme_claims_record_checks_the_run_in(tmp_path, monkeypatch):
     """Reference: the layout `normbench study` writes (out/study.json, out/summary/, out/<study>/summary/,
     out/<study>/r<round>/<job>/<member>/results.json): --record copies the joint summary, each study's
     summary.md and figures but not its paired plots, every member's results.json and its job's command line
-    as one runs file, <study>/runs.jsonl.gz (read back as the members were), and writes run.json from study.json (its command, seconds per round) and the runs (their git sha); a study
-    that has not finished is refused."""
+    as one runs file, <study>/runs.jsonl.gz (read back as the members were), and study.json itself, and writes
+    run.json from study.json (its command, each round's seeds under the protocol it pinned, its family's hash,
+    seconds per round) and the runs (their git sha); a study that has not finished is refused."""
     sys.path.insert(0, str(REPO / "scripts"))
     import readme_claims
 
@@ -570,7 +574,9 @@ def test_readme_claims_record_checks_the_run_in(tmp_path, monkeypatch):
         (m / "checkpoint.pt").write_bytes(b"not copied")
         (m.parent / ".hydra").mkdir(exist_ok=True)  # the job's command line, as Hydra records it
         (m.parent / ".hydra" / "overrides.yaml").write_text("- experiment=ghost_batch\n")
+    pinned = {"alpha": 0.05, "looks": [3, 5, 10], "spending": "obrien_fleming", "widen_limit": 2, "seed_base": 1000}
     state = {"studies": ["ghost_batch"], "scale": "laptop", "seconds": {"1": 100.4, "2": 50.2}, "finished": None,
+             "protocol": pinned, "family": {"hash": "f" * 64},
              "job_seconds": {"ghost_batch/r1/bn-0": [60.0, 50.0], "ghost_batch/r1/bn-0-lr0.4": [30.2, 25.0],
                              "ghost_batch/r2/bn-0": [50.2, 40.0]}}
     (out / "study.json").write_text(json.dumps(state))
@@ -583,13 +589,14 @@ def test_readme_claims_record_checks_the_run_in(tmp_path, monkeypatch):
     readme_claims.record(out)
     copied = sorted(str(p.relative_to(results)) for p in results.rglob("*") if p.is_file())
     assert copied == ["ghost_batch/ghost_batch_fashion_mnist.png", "ghost_batch/runs.jsonl.gz",
-                      "ghost_batch/summary.md", "run.json", "summary.json", "summary.md"]
+                      "ghost_batch/summary.md", "run.json", "study.json", "summary.json", "summary.md"]
     runs_file = results / "ghost_batch" / "runs.jsonl.gz"
     assert [(str(r.path.relative_to(runs_file)), r.status, r.study) for r in find_runs(runs_file)] == [
         ("r1/bn-0/lr=0.1,seed=0", "completed", "ghost_batch"), ("r2/bn-0/lr=0.1,seed=3", "completed", "ghost_batch")]
     run = json.loads((results / "run.json").read_text())
     assert run["command"] == "normbench study ghost_batch scale=laptop" and run["git_sha"] == "83e39ea"
     assert run["wall_s"] == 151 and run["stopped"] == "every primary claim decided"
+    assert run["seeds"] == {"1": "1000-1002", "2": "1003-1004", "3": "1005-1009"} and run["family_hash"] == "f" * 64
     assert run["seconds_per_study"] == {"ghost_batch": {"seconds": 140.4, "planned": 115.0, "by_round": {
         "1": {"seconds": 90.2, "planned": 75.0}, "2": {"seconds": 50.2, "planned": 40.0}}}}
     made = readme_claims.run_section(results)  # docs/results/README.md's account of it, from run.json alone

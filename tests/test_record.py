@@ -17,11 +17,15 @@ RESULTS = REPO / "docs" / "results"
 
 def test_each_run_names_its_study_and_the_seeds_of_its_round():
     """Reference: the record's layout, <study>/r<round>/<job>/<member> (normbench/study/jobs.py), and the
-    protocol's rounds (seeds 0-2, 3-4, 5-9): a run without its command line belongs to no experiment, and
-    summarize would count its study's primary claims as a family of their own (24 claims, not 21)."""
+    rounds of the protocol it pinned (docs/results/study.json: seeds 0-2, 3-4, 5-9, from before the seed base
+    of fresh seeds): a run without its command line belongs to no experiment, and summarize would count its
+    study's primary claims as a family of their own (24 claims, not 21)."""
+    from normbench.summary import frozen
+
     runs = discover.find_runs(RESULTS)
     assert len(runs) == 2203
-    proto = protocols.load()
+    proto = frozen.recorded_protocol(RESULTS, protocols.load())
+    assert proto.seed_base == 0 and list(protocols.look_seeds(proto, 2)) == list(range(10))
     for r in runs:
         study, _, round_folder, job, _ = r.path.relative_to(RESULTS).parts
         seeds = list(protocols.round_seeds(proto, int(round_folder.removeprefix("r")) - 1))
@@ -68,6 +72,7 @@ def test_a_runs_file_without_command_lines_fails_the_check(tmp_path):
     for r in runs:
         r.overrides = []
     (tmp_path / "converged").mkdir()
+    (tmp_path / "study.json").write_text((RESULTS / "study.json").read_text())  # the protocol it ran under
     discover.save_runs(runs, study / "runs.jsonl.gz", tmp_path / "converged" / "runs.jsonl.gz")
     (tmp_path / "converged" / "summary.md").write_text((study / "summary.md").read_text())
     from normbench.summary.summarize import compute

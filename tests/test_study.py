@@ -292,7 +292,8 @@ def test_the_reproduce_at_its_quick_size_runs_every_study_through_the_protocol(t
     budget = f"{round1 + (62 if round1 >= 3600 else 2):.0f}s"  # the plan's figure: to the second, past 1 h the minute
     r = normbench_cli("study", "all", "scale=quick", f"budget={budget}", f"out={out}", cwd=tmp_path, timeout=1800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert r.stdout.index("round 1, seeds 0-2:") < r.stdout.index("round 1: ")  # the plan, then the training
+    first = protocols.round_seeds(protocols.load(), 0)  # the declared protocol's fresh seeds
+    assert r.stdout.index(f"round 1, seeds {first[0]}-{first[-1]}:") < r.stdout.index("round 1: ")  # plan, then training
     assert "calibrating" not in r.stdout  # the --plan's calibrations were kept and read
     assert "stopped: the budget is spent: round 2 would need" in r.stdout, r.stdout[-3000:]
     for name in spec.names():

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from normbench.study import spec
+from normbench.summary import frozen
 
 RUNTIME = ("pack.seeds", "pack.lrs", "resume", "hydra.run.dir", "hydra.sweep.dir")
 
@@ -83,11 +84,13 @@ def directory(job: Job, round_index: int, out: Path) -> Path:
 
 def command(job: Job, seeds, out: Path, round_index: int, python: str = sys.executable) -> list[str]:
     """The `normbench train` that trains `job` at `seeds` into its round's folder (resume=true where the
-    folder exists: a finished run is kept, an interrupted one continues from its checkpoint)."""
+    folder exists: a finished run is kept, an interrupted one continues from its checkpoint), with the hash of
+    the family the study froze (its study.json) as `family_hash`, which each run records."""
     where = directory(job, round_index, out)
     again = ["resume=true"] if where.exists() else []
+    family = frozen.family_hash(out)
     return [python, "-m", "normbench", "train", *job.overrides, f"pack.seeds=[{','.join(map(str, seeds))}]",
-            *again, f"hydra.run.dir={where}"]
+            *again, *([f"family_hash={family}"] if family else []), f"hydra.run.dir={where}"]
 
 
 def base_of(run_path: Path, out: Path) -> tuple[str, str] | None:

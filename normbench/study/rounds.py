@@ -1,16 +1,19 @@
 """A study run through the declared protocol, round by round (docs/protocol.md):
 
-    round 1 trains every job of the studies at seeds 0-2; before look 1 counts, each cell an undecided primary
-    claim reads that chose its lr at its grid's edge gets the next grid value (at the round's seeds, up to
-    protocol.widen_limit per side); look 1 decides what it can; round 2 trains, at seeds 3-4, only the jobs
-    the still-undecided claims read; and so on, until every primary claim is decided, the last look is
-    taken, or the budget is spent.
+    round 1 trains every job of the studies at the protocol's first seeds (1000-1002: protocol.round_seeds);
+    before look 1 counts, each cell an undecided primary claim reads that chose its lr at its grid's edge gets
+    the next grid value (at the round's seeds, up to protocol.widen_limit per side); look 1 decides what it
+    can; round 2 trains, at the next seeds (1003-1004), only the jobs the still-undecided claims read; and so
+    on, until every primary claim is decided, the last look is taken, or the budget is spent.
 
-Nothing about a look is stored: each is replayed from the runs in the output folder (summary.summarize's
-`compute`, which tests the family look by look), so running the same command again resumes where it
-stopped. `study.json` keeps what is not in the runs: the settings, the grid values widening added, the
-jobs finished, the seconds each round took, each job's seconds beside the plan's estimate of it, and each
-sitting's machine (a record resumed elsewhere says so).
+Each look is taken by replaying the runs in the output folder (summary.summarize's `compute`, which tests
+the family look by look), so running the same command again resumes where it stopped; its decisions are
+stored in study.json the first time it is taken, as made, and a summary says where a replay disagrees.
+`study.json` keeps what is not in the runs: the settings, the family frozen at the start (its members as
+declared, the protocol's numbers, the commit and their hash, which every job's run records as
+`family_hash`; resuming under another family is refused), each look's decisions, the grid values widening
+added, the jobs finished, the seconds each round took, each job's seconds beside the plan's estimate of
+it, and each sitting's machine (a record resumed elsewhere says so).
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from normbench.errors import UserError
 from normbench.study import jobs as joblist
 from normbench.study import spec
 from normbench.study.estimate import Calibrations, hms, schedule, signature
+from normbench.summary import frozen
 from normbench.summary import protocol as protocols
-
-STATE = "study.json"
+from normbench.summary.frozen import STATE
 
 
 @dataclass
@@ -35,7 +38,7 @@ class State:
     """What the output folder's study.json keeps between invocations."""
     studies: list[str]
     scale: str
-    protocol: dict = field(default_factory=dict)  # alpha, looks, spending, widen_limit: fixed at the first run
+    protocol: dict = field(default_factory=dict)  # Protocol.numbers() (its seeds among them): fixed at the first run
     widened: list[dict] = field(default_factory=list)  # {"study", "base", "lr", "round"}
     done: list[str] = field(default_factory=list)  # job folders (relative to the study's) whose train exited 0
     jobs: dict[str, list[str]] = field(default_factory=dict)  # "<study>/<job>" -> the overrides it trained with
@@ -48,21 +51,31 @@ class State:
     # "jobs": each task's SLURM job id, "collected": the indices of the tasks whose end was recorded}
     arrays: list[dict] = field(default_factory=list)
     finished: str | None = None
+    # the family frozen at the first run (frozen.freeze): its members as declared, the protocol's numbers, the
+    # commit, their hash; resuming under another family is refused
+    family: dict = field(default_factory=dict)
+    decisions: list[dict] = field(default_factory=list)  # each look's, as first made (frozen.look_entries)
 
     @classmethod
-    def open(cls, out: Path, studies: list[str], scale: str, protocol: dict) -> State:
+    def open(cls, out: Path, studies: list[str], scale: str, protocol: dict, family: dict) -> State:
         path = out / STATE
         if not path.is_file():
-            return cls(studies, scale, protocol)
+            return cls(studies, scale, protocol, family=family)
         raw = json.loads(path.read_text())
         if raw["studies"] != studies or raw["scale"] != scale:
             raise UserError(f"{out} holds a study of {', '.join(raw['studies'])} at scale={raw['scale']}",
                             "rerun it with those settings to continue it, or choose another out=")
-        if raw.get("protocol", protocol) != protocol:
+        if protocols.numbers_of(raw.get("protocol", protocol)) != protocol:
             raise UserError(f"{out} was started under another protocol ({raw['protocol']})",
                             "a protocol is declared before the first run: resume it under that one, or choose "
                             "another out=")
-        return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
+        if raw.get("family") and (differ := frozen.changed(raw["family"], family)):
+            raise UserError(f"{out} froze another family at its start: {differ}",
+                            "restore the claims it started with (study.json's family), or choose another out= "
+                            "for the new family")
+        state = cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
+        state.family = state.family or family  # a folder from before families were frozen takes this one
+        return state
 
     def save(self, out: Path) -> None:
         from normbench.results import atomic_write_text
@@ -78,19 +91,29 @@ class State:
 def declared_claims(study: spec.Study):
     """Every claim `study`'s experiment declares, primary and exploratory (claims.parse, as summarize reads
     them); a study file's, as a --claims file's (claims.load_file)."""
-    import yaml
-
-    from normbench.summary.claims import load_file, parse
+    from normbench.summary.claims import load_file, of_experiment
 
     if study.source is not None:
         return load_file(study.source).claims
-    path = spec.EXPERIMENTS / f"{study.experiment}.yaml"
-    return parse(yaml.safe_load(path.read_text()).get("claims"), str(path), study.experiment)
+    return of_experiment(spec.EXPERIMENTS / f"{study.experiment}.yaml")
 
 
 def primary_claims(study: spec.Study):
     """The primary claims `study`'s experiment declares: the protocol's family."""
     return [c for c in declared_claims(study) if c.role == "primary"]
+
+
+def family_members(proto, own) -> list:
+    """Every member of the family the looks test, as declared: the protocol's family (the shipped
+    experiments' primary claims, read from protocol.EXPERIMENTS as protocol.load reads them, or a study
+    file's own), then the studies' own primary claims (`own`) beyond it, as summarize adds them."""
+    from normbench.summary.claims import of_experiment
+
+    declared = {c.key: c for c in own}
+    if missing := set(proto.family) - set(declared):
+        for path in sorted(protocols.EXPERIMENTS.glob("*.yaml")):
+            declared.update({c.key: c for c in of_experiment(path) if c.key in missing})
+    return [declared[k] for k in proto.with_members(c.key for c in own).family]
 
 
 def open_after(results, look_index: int) -> set[tuple[str, str]]:
@@ -114,10 +137,13 @@ class Rounds:
             raise UserError(f"{self.claims_file} declares its own protocol", "drop protocol=, or edit the file's protocol:")
         self.proto = (_own_protocol(self.claims_file) if self.claims_file is not None else
                       protocols.load() if protocol is None else protocols.load(Path(protocol)))
-        fixed = {k: v for k, v in self.proto.describe().items() if k in ("alpha", "looks", "spending", "widen_limit")}
-        self.state = State.open(self.out, [s.name for s in studies], scale, fixed)
-        self.calibrations = Calibrations(self.out / "calibration.json", say)
+        from normbench.results import git_sha
+
         self.claims = {s.name: primary_claims(s) for s in studies}
+        family = frozen.freeze(family_members(self.proto, [c for s in studies for c in self.claims[s.name]]),
+                               self.proto, git_sha())
+        self.state = State.open(self.out, [s.name for s in studies], scale, self.proto.numbers(), family)
+        self.calibrations = Calibrations(self.out / "calibration.json", say)
         self.failed: list[str] = []
         self.slurm = slurm
         self.executor = self._executor(slurm)
@@ -324,6 +350,9 @@ class Rounds:
                 break
             summary = self.results()
             self._say_look(summary, index)
+            if not any(d["look"] == index + 1 for d in self.state.decisions):  # stored once, as first made
+                self.state.decisions += frozen.look_entries(summary.claims, index, self._members())
+                self.state.save(self.out)
             open_keys = open_after(summary.claims, index + 1) & self._members()
             if not open_keys:
                 why = "every primary claim of these studies is decided"
@@ -343,7 +372,8 @@ class Rounds:
         rows = [r for r in summary.claims if r.claim.key in mine]
         decided = [r for r in rows if r.verdict in ("held", "refuted") and r.look == index + 1]
         still = open_after(rows, index + 1)
-        self.say(f"look {index + 1} (seeds 0-{self.proto.looks[index] - 1}, level {self.proto.levels[index]:.3g}): "
+        seeds = protocols.look_seeds(self.proto, index)
+        self.say(f"look {index + 1} (seeds {seeds[0]}-{seeds[-1]}, level {self.proto.levels[index]:.3g}): "
                  f"{len(decided)} decided here, {len(still)} of {len(rows)} primary claims still open")
         for r in decided:
             s, (lo, hi) = r.claim.scale, r.ci or (math.nan, math.nan)

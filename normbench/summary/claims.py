@@ -247,6 +247,14 @@ def parse(raw: Any, source: str, study: str = "", default_role: str = "explorato
     return out
 
 
+def of_experiment(path: Path) -> list[Claim]:
+    """Every claim the experiment file at `path` declares, scoped to its study (the file's name)."""
+    import yaml
+
+    path = Path(path)
+    return parse(yaml.safe_load(path.read_text()).get("claims"), str(path), path.stem)
+
+
 def _selector(where: str, side: str, sel: dict, known: set[str]) -> None:
     """A UserError naming the side for a selector key that is no config key (metric and minus aside)."""
     if bad := sorted(set(sel) - known - {MINUS}):
@@ -285,7 +293,8 @@ def load_file(path) -> ClaimsFile:
     study = isinstance(raw, dict) and "sweeps" in raw
     if isinstance(raw, dict) and (unknown := sorted(set(raw) - set(FILE_KEYS) - set(STUDY_KEYS if study else ()))):
         raise UserError(f"--claims {path}: unknown key(s) {', '.join(unknown)}",
-                        "give `claims:` (a list of claims) and, optionally, `protocol:` (alpha, looks, spending)")
+                        "give `claims:` (a list of claims) and, optionally, `protocol:` (alpha, looks, spending, "
+                        "seed_base)")
     found = parse(raw.get("claims") if isinstance(raw, dict) else raw, str(path), default_role="primary")
     family = [c.key for c in found if c.role == "primary"]
     declared = raw.get("protocol") if isinstance(raw, dict) else None

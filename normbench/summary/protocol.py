@@ -1,7 +1,7 @@
 """The confirmatory protocol: one family of primary claims, tested at planned looks with α spent across them
 (docs/protocol.md states it for a reviewer; normbench/configs/protocol.yaml declares its numbers).
 
-    proto = load()                                   # α, looks, spending rule, widening limit, the family
+    proto = load()                                   # α, looks, spending rule, widening limit, seed base, the family
     own = of_claims_file({"looks": [3, 5]}, "my.yaml", keys)   # a --claims file's own family and looks
     proto.levels                                     # α_r of each look (their sum is α)
     step = look(pvalues_by_claim, index, state, proto)   # one look: decisions, what stays undecided
@@ -15,8 +15,10 @@ The shipped family is every shipped experiment's claim marked `role: primary`
 `--claims FILE` is a family of its own (`of_claims_file`): its confirmatory claims, under the protocol the
 file declares (`protocol:` beside `claims:`, protocol.yaml's alpha, looks and spending) or, where it declares
 none, one look at every seed the runs have (`looks = ()`), at α = 0.05. Look r reads the seeds of rounds 1..r
-(`look_seeds`: seeds 0 to looks[r] - 1, a failed one a missing pair; verdicts.test chooses their lrs
-among them alone), so a later round's runs never change an earlier look. Each claim that has run those
+(`look_seeds`: seeds seed_base to seed_base + looks[r] - 1, a failed one a missing pair; verdicts.test
+chooses their lrs among them alone), so a later round's runs never change an earlier look. The shipped
+protocol's seeds start at 1000, apart from the seeds 0-9 that pilots and every record before issue 58
+trained (a protocol that declares no seed_base starts at 0, as those did). Each claim that has run those
 seeds and is still undecided gives its two p-values; every other member of the family counts with p = 1
 (untested, not yet run, or decided earlier). Holm's step-down
 (Holm 1979) over the whole family of 2 m hypotheses at the look's level α_r decides: held (the claim's
@@ -69,6 +71,9 @@ class Protocol:
     family: tuple[Key, ...] = ()  # every primary claim, in declaration order
     name: str = "shipped"  # whose family: "shipped", or "your claims" (a --claims file's)
     source: str = "protocol.yaml"  # the file that declared the numbers
+    # the first confirmatory seed: round 1 trains seed_base .. seed_base + looks[0] - 1 (0: the seeds of every
+    # record before fresh seeds were declared, and of a protocol that declares none)
+    seed_base: int = 0
 
     def __post_init__(self) -> None:
         where = f"{self.source}: protocol" if self.name != "shipped" else "protocol"
@@ -79,6 +84,8 @@ class Protocol:
                             "e.g. looks: [3, 5, 10]")
         if not 0 < self.alpha < 1:
             raise UserError(f"{where}: alpha={self.alpha} is not in (0, 1)", "e.g. alpha: 0.05")
+        if isinstance(self.seed_base, bool) or not isinstance(self.seed_base, int) or self.seed_base < 0:
+            raise UserError(f"{where}: seed_base={self.seed_base!r} is not a seed", "e.g. seed_base: 1000")
 
     @property
     def planned(self) -> int:
@@ -95,12 +102,31 @@ class Protocol:
         extra = tuple(k for k in dict.fromkeys(keys) if k not in set(self.family))
         return replace(self, family=self.family + extra) if extra else self
 
+    def numbers(self) -> dict[str, Any]:
+        """The numbers a study pins in its study.json at its first run (and hashes with its family)."""
+        return {"alpha": self.alpha, "looks": list(self.looks), "spending": self.spending,
+                "widen_limit": self.widen_limit, "seed_base": self.seed_base}
+
+    def with_numbers(self, pinned: dict[str, Any], source: str | None = None) -> Protocol:
+        """This protocol's family under the numbers a study pinned (study.json's `protocol`, `pinned`): what a
+        summary of the study's folder tests with, whatever protocol.yaml says now."""
+        pinned = numbers_of(pinned)
+        return replace(self, alpha=float(pinned["alpha"]), looks=tuple(int(n) for n in pinned["looks"]),
+                       spending=str(pinned["spending"]), widen_limit=int(pinned["widen_limit"]),
+                       seed_base=int(pinned["seed_base"]), source=source or self.source)
+
     def describe(self) -> dict[str, Any]:
         """summary.json's `protocol`: the numbers, the family, and whose family it is (name, source)."""
         return {"alpha": self.alpha, "looks": list(self.looks), "spending": self.spending,
                 "levels": [float(f"{a:.6g}") for a in self.levels], "widen_limit": self.widen_limit,
                 "family": [list(k) for k in self.family], "hypotheses": 2 * len(self.family),
-                "name": self.name, "source": self.source}
+                "name": self.name, "source": self.source, "seed_base": self.seed_base}
+
+
+def numbers_of(pinned: dict[str, Any]) -> dict[str, Any]:
+    """A study.json's pinned `protocol` as Protocol.numbers() gives it: a study started before the seed base
+    was declared pinned none, and trained from seed 0."""
+    return {"seed_base": 0, **pinned}
 
 
 def _phi(z: float) -> float:
@@ -150,18 +176,18 @@ def load(path: Path = PATH, experiments: Path = EXPERIMENTS) -> Protocol:
     import yaml
 
     raw = yaml.safe_load(Path(path).read_text()) or {}
-    unknown = set(raw) - {"alpha", "looks", "spending", "widen_limit"}
+    unknown = set(raw) - {"alpha", "looks", "spending", "widen_limit", "seed_base"}
     if unknown:
         raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}",
-                        "use alpha, looks, spending, widen_limit")
+                        "use alpha, looks, spending, widen_limit, seed_base")
     if not raw.get("looks", (3, 5, 10)):  # a study trains its seeds in rounds: it needs them declared
         raise UserError(f"{path}: looks is empty", "declare the pairs at each look, e.g. looks: [3, 5, 10]")
     return Protocol(float(raw.get("alpha", 0.05)), tuple(int(n) for n in raw.get("looks", (3, 5, 10))),
                     str(raw.get("spending", "obrien_fleming")), int(raw.get("widen_limit", 2)),
-                    shipped_family(Path(experiments)), source=Path(path).name)
+                    shipped_family(Path(experiments)), source=Path(path).name, seed_base=raw.get("seed_base", 0))
 
 
-OWN_KEYS = ("alpha", "looks", "spending")  # what a --claims file's `protocol:` may declare
+OWN_KEYS = ("alpha", "looks", "spending", "seed_base")  # what a --claims file's `protocol:` may declare
 
 
 def shipped_looks(path: Path = PATH) -> tuple[int, ...]:
@@ -173,9 +199,10 @@ def shipped_looks(path: Path = PATH) -> tuple[int, ...]:
 
 def of_claims_file(raw: Any, source: str, family) -> Protocol:
     """The protocol of a --claims file's own family (`family`: its confirmatory claims' keys): the file's
-    `protocol:` mapping (protocol.yaml's alpha, looks, spending; any it leaves out at protocol.yaml's
-    defaults, except looks: without them one look at every seed the runs have), or, with none, that one
-    look at α = 0.05. A UserError naming the file for a malformed mapping."""
+    `protocol:` mapping (protocol.yaml's alpha, looks, spending, seed_base; any it leaves out at the
+    defaults, except looks: without them one look at every seed the runs have; seed_base: 0, the seeds of a
+    sweep of one's own), or, with none, that one look at α = 0.05. A UserError naming the file for a
+    malformed mapping."""
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise UserError(f"{source}: protocol must be a mapping (got {type(raw).__name__})",
@@ -193,7 +220,7 @@ def of_claims_file(raw: Any, source: str, family) -> Protocol:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
         raise UserError(f"{source}: protocol: alpha={alpha!r} is not a number", "e.g. alpha: 0.05")
     return Protocol(float(alpha), tuple(looks), str(raw.get("spending", "obrien_fleming")), family=tuple(family),
-                    name="your claims", source=source)
+                    name="your claims", source=source, seed_base=raw.get("seed_base", 0))
 
 
 # --- one look -------------------------------------------------------------------------------------------
@@ -297,15 +324,18 @@ def look(tested: dict[Key, Pvalues], index: int, state: dict[Key, Decision], pro
 
 
 def round_seeds(proto: Protocol, index: int) -> range:
-    """The seeds round `index` trains: those its look reads beyond the previous look's (0-2, then 3-4, ...)."""
-    return range(proto.looks[index - 1] if index else 0, proto.looks[index])
+    """The seeds round `index` trains: those its look reads beyond the previous look's (from seed_base: 1000-1002,
+    then 1003-1004, ... for the shipped protocol)."""
+    base = proto.seed_base
+    return range(base + (proto.looks[index - 1] if index else 0), base + proto.looks[index])
 
 
 def look_seeds(proto: Protocol, index: int) -> range | None:
-    """The seeds look `index` reads: those of rounds 0..index as declared (0-2, then 0-4, then 0-9), and no
-    other: a failed one is a missing pair, not replaced by a later round's seed. None for a protocol of one
-    look at every seed the runs have (a --claims file that declares no looks)."""
-    return range(proto.looks[index]) if proto.looks else None
+    """The seeds look `index` reads: those of rounds 0..index as declared (1000-1002, then 1000-1004, then
+    1000-1009 for the shipped protocol), and no other: a failed one is a missing pair, not replaced by a later
+    round's seed. None for a protocol of one look at every seed the runs have (a --claims file that declares
+    no looks)."""
+    return range(proto.seed_base, proto.seed_base + proto.looks[index]) if proto.looks else None
 
 
 # --- lr grids widened before a look counts ----------------------------------------------------------------

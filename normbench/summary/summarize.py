@@ -44,9 +44,12 @@ def compute(root: Path, ref: str = "bn", select: str | None = None, claims_file:
             protocol=None) -> Summary:
     """Read every run under `root`, compute the tables and test the claims: those in `claims_file` as a
     family of their own, under the protocol the file declares (claims.load_file); else those the runs'
-    experiments declared, in the shipped family under `protocol` (default: the declared one,
-    protocol.load()). Raises UserError for a path without runs."""
+    experiments declared, in the shipped family under `protocol` (default: the numbers a study folder's
+    study.json pinned, frozen.recorded_protocol, else the declared ones, protocol.load()). A study folder's
+    stored decisions come with the replay's disagreements (frozen.stored_decisions). Raises UserError for a
+    path without runs."""
     from normbench.summary import claims as claiming
+    from normbench.summary import frozen
     from normbench.summary import protocol as protocols
     from normbench.summary import verdicts
 
@@ -81,7 +84,8 @@ def compute(root: Path, ref: str = "bn", select: str | None = None, claims_file:
     if own is not None:  # a user's claims: Holm over their own hypotheses, never the shipped family's
         found, proto = own.claims, own.protocol
     else:
-        found, proto = claiming.declared(runs), protocols.load() if protocol is None else protocol
+        found = claiming.declared(runs)
+        proto = protocol or frozen.recorded_protocol(folder(root), protocols.load()) or protocols.load()
     tested = verdicts.test(found, kept, runs, proto, pick)
     if select is not None:  # a verdict read off an lr chosen at its grid's edge says so
         for r in tested:
@@ -94,7 +98,7 @@ def compute(root: Path, ref: str = "bn", select: str | None = None, claims_file:
     family = proto.with_members(r.claim.key for r in tested if r.role == "primary")
     curves = lr_curves(runs, label_runs(runs, pooled=frozenset({"lr"}))) if "lr" in varied else []
     return Summary(root, runs, tables, varied, constant, ref, tested, extensions, costs(runs), curves,
-                   family.describe() if tested else {})
+                   family.describe() if tested else {}, frozen.stored_decisions(folder(root), tested))
 
 
 def write_files(s: Summary, out: Path, plots: bool = True) -> dict[str, Path]:

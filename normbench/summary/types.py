@@ -162,6 +162,9 @@ class Summary:
     costs: dict = field(default_factory=dict)  # study -> runs, computations, wall_s, train_s, eval_s, other_s
     lr_curves: list = field(default_factory=list)  # lr_sensitivity.LrCurve: accuracy against lr, where lr varies
     protocol: dict = field(default_factory=dict)  # the confirmatory protocol the claims were tested under (describe())
+    # a study folder's decisions as its looks made them (study.json) and where this replay disagrees with them
+    # (frozen.stored_decisions): {"stored": [...], "disagreements": [...]}, or {}
+    decisions: dict = field(default_factory=dict)
 
     @property
     def problems(self) -> list[Run]:

@@ -89,6 +89,9 @@ def claims_rows(s: Summary) -> list[list[str]]:
 
 
 SPENDING_TEXT = dict(zip(SPENDING, ("O'Brien-Fleming", "Bonferroni")))
+DECIDING_P = {"held": "p", "refuted": "p_refute"}  # a stored decision's Holm p that decided it
+STORED_CAPTION = ("each look's decisions as the study took them, kept in its study.json; the table above replays the "
+                  "looks from the runs with this code")
 
 
 def family_line(s: Summary) -> str:
@@ -146,6 +149,29 @@ def claim_notes(s: Summary) -> list[str]:
                     for r in s.claims]
 
 
+def decision_lines(s: Summary) -> list[str]:
+    """A study folder's decisions as its looks made them (study.json; [] where none are stored): one line a
+    look, its claims decided there with the Holm p that decided each and how many it left open, then one
+    line on the replay with this code: it agrees, or where it disagrees."""
+    by_look: dict[int, list[dict]] = {}
+    for e in (s.decisions or {}).get("stored", []):
+        by_look.setdefault(e["look"], []).append(e)
+    lines = []
+    for look, entries in sorted(by_look.items()):
+        said = [f"{e['verdict']}: {e['study']} · {e['name']} (p (Holm) {_p(e[DECIDING_P[e['verdict']]])})"
+                for e in entries if e["verdict"] in DECIDING_P]
+        if still := sum(e["verdict"] == "inconclusive" for e in entries):
+            said.append(f"{still} still open")
+        lines.append(f"look {look} (α {entries[0]['level']:.2g}): {'; '.join(said)}")
+    differ = (s.decisions or {}).get("disagreements")
+    if differ:
+        lines.append(f"the replay with this code disagrees with {len(differ)} stored "
+                     f"decision{'s' * (len(differ) > 1)}: {'; '.join(differ)}")
+    elif lines:
+        lines.append("the replay with this code agrees with every stored decision")
+    return lines
+
+
 def to_claims_csv(s: Summary) -> str:
     buf = io.StringIO()
     rows = [r.row() for r in s.claims]
@@ -162,7 +188,10 @@ def markdown_lines(s: Summary) -> list[str]:
     lines = ["## Claims", "", f"_{claims_caption(s)}_", "",
              "| " + " | ".join(CLAIMS_HEADER) + " |", "|" + "---|" * len(CLAIMS_HEADER)]
     lines += ["| " + " | ".join(row) + " |" for row in claims_rows(s)]
-    return lines + ["", *[f"- {note}" for note in claim_notes(s)], ""]
+    lines += ["", *[f"- {note}" for note in claim_notes(s)], ""]
+    if stored := decision_lines(s):
+        lines += ["## Decisions as stored", "", f"_{STORED_CAPTION}_", "", *[f"- {line}" for line in stored], ""]
+    return lines
 
 
 # --- the terminal ------------------------------------------------------------------------------------------
@@ -293,6 +322,11 @@ def print_claims(s: Summary, console, wide: bool = False) -> None:
             console.print(f"[dim]{escape(line)}[/]")
     for note in numbered_notes(s, cells=wide):
         console.print(f"[dim]- {escape(note)}[/]")
+    if stored := decision_lines(s):
+        console.print(f"\n[bold]decisions as stored[/] [dim]({STORED_CAPTION})[/]")
+        for line in stored[:-1]:
+            console.print(f"[dim]{escape(line)}[/]")
+        console.print(escape(stored[-1]), style="bold red" if s.decisions["disagreements"] else "dim")
 
 
 def _print_unsqueezed(console, table) -> None:

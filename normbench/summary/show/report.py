@@ -258,7 +258,8 @@ def to_json(s: Summary) -> str:
         "selected": [{"study": t.study, "data": t.data, "model": t.model, "metric": t.metric, "norm": r,
                       "axis": c, "chosen": v} for t in s.tables for (r, c), v in t.chosen.items()],
         "problems": [{"path": str(r.path), "status": r.status, "note": r.note} for r in s.problems],
-        "claims": [r.row() for r in s.claims], "protocol": s.protocol, "extensions": s.extensions, "costs": s.costs,
+        "claims": [r.row() for r in s.claims], "protocol": s.protocol, "decisions": s.decisions,
+        "extensions": s.extensions, "costs": s.costs,
         "lr_sensitivity": [{"study": c.study, "data": c.data, "model": c.model, "norm": c.label,
                             "batch_size": c.batch_size, "lrs": c.lrs,
                             "acc": {str(lr): {"mean": e.mean, "ci": e.ci, "values": e.values, "seeds": e.seeds}
