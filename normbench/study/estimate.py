@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
@@ -41,6 +42,7 @@ STEPS = 20  # calibration steps (after one untimed warm-up step inside the runne
 # A `normbench train` process's own seconds (interpreter, torch, Hydra, data, results): measured once per
 # study folder (`measure_start`); this where it cannot be measured
 START_S = 8.0
+START_RUNS = 3  # one-step runs measured for it (their median)
 # Keys whose value does not change what a step or an evaluation costs (they do not key a calibration).
 COST_NEUTRAL = ("lr", "pack.lrs", "norm.eps", "norm.momentum", "norm.r_max", "norm.d_max", "seed", "pack.seeds")
 # Keys that change how a cell trains but not what its evaluation suite costs (they do not key a suite), and
@@ -177,22 +179,26 @@ def measure_start() -> float:
     """The seconds a `normbench train` process spends outside its training and evaluation (the interpreter,
     torch, Hydra, reading the data, writing its results), here: a one-step run of the MLP in a process of
     its own, its wall time less the training and evaluation its results.json records. START_S where that
-    run cannot be made (no data here, say): the jobs will say why."""
+    run cannot be made (no data here, say): the jobs will say why. The median of START_RUNS such runs: the
+    first pays for a cold disk cache, and one run on a busy machine read 4x a process's usual start."""
     import subprocess
     import sys
 
-    with tempfile.TemporaryDirectory() as tmp:
-        run = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "normbench", "train", "model=mlp", "max_steps=1", "statistics_suite=false",
-               "threads=1", "progress=false", "tensorboard=false", f"hydra.run.dir={run}"]
-        started = time.perf_counter()
-        try:
-            subprocess.run(cmd, check=True, capture_output=True, timeout=300)
-            wall = time.perf_counter() - started
-            res = json.loads((run / "results.json").read_text())
-            return max(0.0, wall - res["train_s"] - res["eval_s"])
-        except (OSError, subprocess.SubprocessError, ValueError, KeyError):
-            return START_S
+    seconds = []
+    for _ in range(START_RUNS):
+        with tempfile.TemporaryDirectory() as tmp:
+            run = Path(tmp) / "run"
+            cmd = [sys.executable, "-m", "normbench", "train", "model=mlp", "max_steps=1", "statistics_suite=false",
+                   "threads=1", "progress=false", "tensorboard=false", f"hydra.run.dir={run}"]
+            started = time.perf_counter()
+            try:
+                subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+                wall = time.perf_counter() - started
+                res = json.loads((run / "results.json").read_text())
+            except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+                return START_S
+            seconds.append(max(0.0, wall - res["train_s"] - res["eval_s"]))
+    return statistics.median(seconds)
 
 
 def measure(overrides: list[str], seeds: list[int]) -> Calibration:
@@ -221,8 +227,8 @@ def measure(overrides: list[str], seeds: list[int]) -> Calibration:
 
 # Bumped when what a calibration measures changes, so a kept calibration.json is measured again: 2 since
 # members with their own data train as one computation (a per-seed pack was one group a seed before).
-FORMAT = 5  # 3: a variable-length design evaluates its own question's passes only; 4: cfg.validations kept;
-# 5: each cell's training, the suite per suite_key, and the process's start
+FORMAT = 6  # 3: a variable-length design evaluates its own question's passes only; 4: cfg.validations kept;
+# 5: each cell's training, the suite per suite_key, and the process's start; 6: the start a median of 3
 
 
 class Calibrations:
