@@ -29,6 +29,7 @@ on one core; tests/test_record.py runs it, a slow test).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
@@ -108,12 +109,26 @@ def _notes(found: list[tuple[str, dict]]) -> list[str]:
             *notes] if notes else []
 
 
+def _definition(study: str, c: dict) -> str:
+    """What a claim tests, whatever its name and role: its study, sides, expectation, margin and metric."""
+    sides = [{**side, "metric": side.get("metric", c.get("metric"))} for side in (c["a"], c["b"])]
+    return json.dumps([study, *sides, c["expect"], float(c.get("margin") or 0.0)], sort_keys=True, default=str)
+
+
 def _tested(results: Path) -> tuple[dict, dict | None]:
-    """summary.json's claim rows by (study, name), and run.json (None when not checked in)."""
+    """summary.json's claim rows by (study, name), and run.json (None when not checked in). A claim declared
+    today under another name than the record gave it (a model added to its name) is found by what it tests;
+    its row keeps the record's name (recorded_name)."""
     summary = results / "summary.json"
     tested = {}
     if summary.exists():
         tested = {(c["study"], c["name"]): c for c in json.loads(summary.read_text())["claims"]}
+        by_definition = {_definition(k[0], t): t for k, t in tested.items() if "a" in t and "b" in t}
+        for study, c in declared():
+            parsed = claims.parse([c], study, study)[0]
+            t = by_definition.get(_definition(study, dataclasses.asdict(parsed)))
+            if (study, parsed.name) not in tested and t is not None:
+                tested[study, parsed.name] = {**t, "recorded_name": t["name"], "name_now": parsed.name}
     run = json.loads((results / "run.json").read_text()) if (results / "run.json").exists() else None
     return tested, run
 
@@ -130,6 +145,8 @@ def _verdict(t: dict, role: str) -> str:
     if role == "exploratory" and "role" not in t and v != "exploratory":
         return f"exploratory (this run: **{v}**)"
     text = f"**{v}**"
+    if t.get("role") and t["role"] != role:  # declared with another role since the run: the run's is shown
+        text = f"{t['role']} in this run" + ("" if v == "exploratory" else f": {text}")
     if t.get("look"):
         text += f" (look {t['look']} of {t.get('looks') or '?'})"
     if not t["n"] and t.get("note"):
@@ -138,6 +155,9 @@ def _verdict(t: dict, role: str) -> str:
         text += (f": ~{t['pairs_needed']:,} pairs would {t['needed_to']} it ({POWER:.0%} power, were the "
                  "measured mean and SD true)" if t.get("pairs_needed") else
                  f": more than {PAIRS_LIMIT:,} pairs would be needed to {t['needed_to']} it")
+    renamed = t.get("recorded_name")  # found by what it tests; said where more than the model was added
+    if renamed and not t.get("name_now", "").startswith(renamed):
+        text += f"; this run's name: {renamed}"
     return text
 
 
@@ -543,7 +563,9 @@ def _json_differences(path: Path, summary) -> list[str]:
     out = []
     for k, v in old["protocol"].items():
         again = new["protocol"].get(k)
-        if k == "family" and not _same(v, again):  # a list of 21 claims: say which differ
+        if k == "family":  # a set of 21 claims, in whatever order: say which differ
+            if _same(sorted(map(tuple, v)), sorted(map(tuple, again or []))):
+                continue
             gone = [f"{s} · {n}" for s, n in v if [s, n] not in (again or [])]
             added = [f"{s or '(no study)'} · {n}" for s, n in again or [] if [s, n] not in v]
             out.append(f"{where}: protocol family: {len(v)} claims checked in, {len(again or [])} recomputed"

@@ -187,7 +187,8 @@ def test_same_runs_same_verdict_whatever_folder(tmp_path):
     from normbench.summary import protocol
 
     proto = protocol.load()
-    first, second = proto.family[0], proto.family[1]  # converged's first two primary claims
+    # two primary claims of one study (the runs' experiment scopes the claims that read them)
+    first, second = next((a, b) for a, b in zip(proto.family, proto.family[1:]) if a[0] == b[0])
     claim_sweep(tmp_path, first=proto.seed_base)  # the looks read the protocol's seeds
     runs = find_runs(tmp_path)
     for r in runs:  # the runs of the study that declared the claims
@@ -359,7 +360,9 @@ def test_readme_table_says_model_tested_estimate_test_and_budget(tmp_path, monke
     (tmp_path / "summary.json").write_text(json.dumps({"claims": rows}))
     text = readme_claims.section(tmp_path)
     first = next(line for line in text.splitlines() if f"| {raw['name']} |" in line)
-    assert first.endswith("| MLP | a − b > 0 | 5 | +25.3 [+22.1, +28.4] | 0.001 | **held** (look 2 of 3) | t-test | "
+    hypothesis = readme_claims._hypothesis(claims.parse([raw], study, study)[0])
+    assert first.endswith(f"| MLP | {hypothesis} | 5 | "
+                          "+25.3 [+22.1, +28.4] | 0.001 | **held** (look 2 of 3) | t-test | "
                           "budget-limited (4 of 10 runs still moving); lr at grid edge (2 cells) |"), first
     second = next(line for line in text.splitlines() if f"| {raw2['name']} |" in line)
     assert "| CNN, MLP |" in second and second.endswith("| exact | not checkable |"), second
@@ -369,7 +372,7 @@ def test_readme_table_says_model_tested_estimate_test_and_budget(tmp_path, monke
     assert "| +25.3 [+22.1, +28.4] | 1e-05 | 0.001 | 1 | **held** (look 2 of 3) | t-test |" in every
     # a hand edit of the model and the estimate: --check's first half names the claim and the columns
     readme = tmp_path / "README.md"
-    edited = text.replace("| MLP | a − b > 0 | 5 | +25.3", "| CNN | a − b > 0 | 5 | +24.9")
+    edited = text.replace(f"| MLP | {hypothesis} | 5 | +25.3", f"| CNN | {hypothesis} | 5 | +24.9")
     readme.write_text(f"{readme_claims.BEGIN}\n{edited}\n{readme_claims.END}\n")
     monkeypatch.setattr(readme_claims, "wanted", lambda: {readme: {(readme_claims.BEGIN, readme_claims.END): text}})
     monkeypatch.setattr(readme_claims, "REPO", tmp_path)

@@ -33,12 +33,12 @@ def test_the_family_hash_is_sha256_of_its_canonical_json_and_moves_with_a_claim_
     family declared in another order hashes the same, a margin or a seed base changed does not, and
     `changed` says which."""
     proto, members = _shipped_family()
-    assert len(members) == len(proto.family) == 21
+    assert len(members) == len(proto.family) == 13  # one primary claim per phenomenon (issue 58)
     family = frozen.freeze(members, proto, "abc")
     entries = sorted(({k: getattr(c, k) for k in ("study", "name", "a", "b", "expect", "margin", "metric")}
                       for c in members), key=lambda c: (c["study"], c["name"]))
     body = json.dumps({"claims": entries, "protocol": {"alpha": 0.05, "looks": [3, 5, 10], "spending": "obrien_fleming",
-                                                       "widen_limit": 2, "seed_base": 1000}},
+                                                       "widen_limit": 4, "seed_base": 1000}},
                       sort_keys=True, separators=(",", ":"))
     assert family["hash"] == hashlib.sha256(body.encode()).hexdigest()
     assert frozen.freeze(members[::-1], proto, "def")["hash"] == family["hash"]  # order and commit aside
@@ -205,3 +205,20 @@ def test_resuming_the_toy_under_another_family_is_refused_in_one_line(toy, tmp_p
     finally:
         experiment.write_text(original)
     assert command.main(args) == 0
+
+
+def test_a_summary_of_a_study_folder_tests_the_family_it_froze(tmp_path):
+    """Reference: docs/protocol.md, the family frozen at the start. The protocol a summary of a study folder
+    tests with is its study.json's members, not today's primary claims (the checked-in record's 21, of which
+    today's experiments keep 9 as primary), with its pinned numbers; a folder from before families were
+    frozen keeps the declared family."""
+    results = protocols.PATH.parents[2] / "docs" / "results"
+    record = frozen.recorded_protocol(results, protocols.load())
+    stored = json.loads((results / "study.json").read_text())["family"]
+    assert len(record.family) == 21 and set(record.family) == {(c["study"], c["name"]) for c in stored["claims"]}
+    assert record.widen_limit == 2 and record.seed_base == 0  # as the record pinned them
+    today = protocols.load()
+    assert len(set(record.family) & set(today.family)) < len(today.family)  # a claim renamed or added since
+    (tmp_path / "study.json").write_text(json.dumps({"protocol": {"alpha": 0.05, "looks": [3, 5, 10],
+                                                                  "spending": "obrien_fleming", "widen_limit": 2}}))
+    assert frozen.recorded_protocol(tmp_path, today).family == today.family

@@ -84,3 +84,20 @@ def test_the_example_study_runs_from_its_own_folder_and_decides(tmp_path):
     state = json.loads((tmp_path / "outputs/study/study.json").read_text())
     again = normbench_cli("study", "my_study.yaml", "scale=quick", cwd=tmp_path, timeout=300)
     assert again.returncode == 0 and json.loads((tmp_path / "outputs/study/study.json").read_text())["done"] == state["done"]
+
+
+def test_a_scale_gives_one_sweep_a_budget_of_its_own(tmp_path):
+    """Reference: Hydra's rule that a key is given once on a command line, the last value the one meant. A
+    scale's `per_sweep` overrides come after the scale's own (small_batch's ResNet: 5 epochs of 2k images where
+    the scale trains 1 epoch of 10k), each key once in the sweep's overrides; a per_sweep naming no sweep is
+    one line naming the sweeps there are."""
+    resnet = spec.load("small_batch").sweeps_at("laptop")["resnet"]
+    assert [o for o in resnet if o.split("=")[0] in ("epochs", "data.subset")] == ["epochs=5", "data.subset=2000"]
+    mlp = spec.load("small_batch").sweeps_at("laptop")["mlp"]
+    assert "epochs=1" in mlp and "data.subset=10000" in mlp
+    study = tmp_path / "s.yaml"
+    text = EXAMPLE.read_text()
+    study.write_text(text[:text.index("scales:")] + "scales: {full: {per_sweep: {nosuch: [epochs=2]}}}\n"
+                     + text[text.index("claims:"):])
+    with pytest.raises(UserError, match=r"per_sweep names no sweep nosuch; its sweeps are "):
+        spec.load(str(study)).sweeps_at("full")

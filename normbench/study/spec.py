@@ -45,19 +45,34 @@ class Study:
 
     def sweeps_at(self, scale: str) -> dict[str, list[str]]:
         """Each sweep's overrides at `scale`: the experiment, the sweep (or the scale's replacement of it;
-        a sweep the scale sets to null is not run), the scale's sizes, and COMMON."""
+        a sweep the scale sets to null is not run), the scale's sizes, the sizes the scale gives this sweep
+        alone (`per_sweep`: a budget of its own, after the scale's, so they win), and COMMON."""
         if scale not in self.scales:
             where = self.source or f"normbench/study/plans/{self.name}.yaml"
             raise UserError(f"study {self.name} has no scale {scale!r}", f"choose one of: {', '.join(self.scales)} ({where})")
         at = self.scales[scale] or {}
         replaced = at.get("sweeps") or {}
+        unknown = sorted(set(at.get("per_sweep") or {}) - set(self.sweeps))
+        if unknown:
+            where = self.source or f"normbench/study/plans/{self.name}.yaml"
+            raise UserError(f"study {self.name}, scale {scale}: per_sweep names no sweep {', '.join(unknown)}",
+                            f"its sweeps are {', '.join(self.sweeps)} ({where})")
         shared = [f"experiment={self.experiment}"] if self.experiment else list(self.overrides)
         out = {}
         for name, overrides in self.sweeps.items():
             overrides = replaced.get(name, overrides)
             if overrides is not None:
-                out[name] = [*shared, *map(str, overrides), *map(str, at.get("overrides") or []), *COMMON]
+                own = (at.get("per_sweep") or {}).get(name) or []
+                out[name] = _last_wins([*shared, *map(str, overrides), *map(str, at.get("overrides") or []),
+                                        *map(str, own), *COMMON])
         return out
+
+
+def _last_wins(overrides: list[str]) -> list[str]:
+    """The overrides with each key once, at its last value (Hydra refuses a key given twice on one command
+    line; a scale's sizes override the sweep's, a sweep's own sizes the scale's)."""
+    last = {o.split("=", 1)[0]: i for i, o in enumerate(overrides)}
+    return [o for i, o in enumerate(overrides) if last[o.split("=", 1)[0]] == i]
 
 
 def names() -> list[str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +35,19 @@ def study_state(folder: Path) -> dict | None:
 
 
 def recorded_protocol(folder: Path, base):
-    """The protocol the study in `folder` ran under: `base`'s family (protocol.Protocol) with the numbers the
-    study pinned in its study.json (that of `folder`, or of its parent: a study's own folder <out>/<study>,
-    or a runs file's); None where neither holds one. Why: a study's looks read the seeds it trained, which
-    its numbers (the seed base among them) say, not the protocol.yaml of the day."""
+    """The protocol the study in `folder` ran under: the numbers the study pinned in its study.json (that of
+    `folder`, or of its parent: a study's own folder <out>/<study>, or a runs file's) and the family it froze
+    there (`base`'s, today's primary claims, for a study from before families were frozen); None where
+    neither holds one. Why: a study's looks read the seeds it trained, which its numbers (the seed base
+    among them) say, not the protocol.yaml of the day; and they test the family it started with, not one
+    whose members were declared, demoted or renamed since."""
     for where in (Path(folder), Path(folder).parent):
         state = study_state(where)
         if state and state.get("protocol"):
-            return base.with_numbers(state["protocol"], (state.get("family") or {}).get("source"))
+            family = state.get("family") or {}
+            proto = base.with_numbers(state["protocol"], family.get("source"))
+            members = tuple((c["study"], c["name"]) for c in family.get("claims") or [])
+            return replace(proto, family=members) if members else proto
     return None
 
 
