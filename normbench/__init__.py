@@ -1,4 +1,4 @@
-"""normbench: which normalization layer works, where, and why — answered with real training runs.
+"""normbench: compare normalization layers with real training runs, and test claims about them on paired seeds.
 
     normbench train norm=ln model=rnn
     python -c "import normbench.norms as n; print(n.names())"

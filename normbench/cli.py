@@ -26,7 +26,7 @@ from normbench.train import interrupts
 USAGE = """\
 usage: normbench <command> [args]
 
-Which normalization layer works, where, and why: real training runs on FashionMNIST and CIFAR-10.
+Compare normalization layers with real training runs on FashionMNIST and CIFAR-10, and test claims on paired seeds.
 
 commands:
   train [-m] [key=value ...]   train one model (or a sweep with -m); `normbench train --help` lists every key
