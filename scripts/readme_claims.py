@@ -498,18 +498,10 @@ def _member(path: Path) -> bool:
 
 
 def per_study(state: dict) -> dict:
-    """Each study's process time against the plan's (study.json's job_seconds: every finished job's seconds
-    and the plan's estimate of it), in all and by round ("1", "2", ...; widening's jobs count in their round).
-    Process time: jobs ran side by side, so a study's is more than the wall time it added."""
-    out: dict = {}
-    for key, (seconds, planned) in sorted(state.get("job_seconds", {}).items()):
-        study, folder = key.split("/")[:2]  # <study>/r<round>/<job>
-        row = out.setdefault(study, {"seconds": 0.0, "planned": 0.0, "by_round": {}})
-        by = row["by_round"].setdefault(folder.removeprefix("r"), {"seconds": 0.0, "planned": 0.0})
-        for d in (row, by):
-            d["seconds"] = round(d["seconds"] + seconds, 1)
-            d["planned"] = round(d["planned"] + planned, 1)
-    return out
+    """Each study's process time against the plan's, from a study.json (rounds.State.per_study)."""
+    from normbench.study.rounds import State
+
+    return State(state["studies"], state["scale"], job_seconds=state.get("job_seconds", {})).per_study()
 
 
 def _claims_section(markdown: str) -> tuple[list[list[str]], list[str]]:

@@ -193,12 +193,13 @@ def test_the_catalog_study_at_its_quick_size_runs_through_the_protocol(tmp_path)
     assert primary_claims(study) == []
     state = json.loads((out / "study.json").read_text())
     universe = jobs.study_jobs(study, "quick", state["widened"])
-    assert r.stdout.index(f"round 1, seeds 0-2: {len(universe)} jobs") < r.stdout.index("round 1: ")
-    assert "look 1 (seeds 0-2, level " in r.stdout and "0 of 0 primary claims still open" in r.stdout
+    assert r.stdout.index(f"round 1, seeds 1000-1002: {len(universe)} jobs") < r.stdout.index("round 1: ")
+    assert "look 1 (seeds 1000-1002, level " in r.stdout and "0 of 0 primary claims still open" in r.stdout
+    assert "stopped: these studies declare no primary claim" in r.stdout
     assert sorted(state["done"]) == sorted(str(jobs.directory(j, 0, out).relative_to(out)) for j in universe)
     for job in universe:
         runs = sorted(jobs.directory(job, 0, out).glob("seed=*/results.json"))
-        assert [p.parent.name for p in runs] == ["seed=0", "seed=1", "seed=2"], job.name
+        assert [p.parent.name for p in runs] == ["seed=1000", "seed=1001", "seed=1002"], job.name
         assert {json.loads(p.read_text())["status"] for p in runs} == {"completed"}, job.name
     assert not (out / "catalog_2026" / "r2").exists()  # later rounds are for primary claims only
     assert (out / "catalog_2026" / "summary" / "summary.json").exists()

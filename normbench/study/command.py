@@ -206,6 +206,9 @@ def main(argv: list[str]) -> int:
         return 130
     print(f"stopped: {why}; trained {hms(study.state.spent)} in all ("
           + ", ".join(f"round {k}: {hms(v)}" for k, v in study.state.seconds.items()) + ")")
+    print("process time by study, against the plan's estimate (jobs ran side by side): " + "; ".join(
+        f"{name} {hms(row['seconds'])} (plan ~{hms(row['planned'])}, {row['planned'] / row['seconds']:.2f}x)"
+        for name, row in study.state.per_study().items() if row["seconds"] > 0))
     own = {"claims_file": study.claims_file} if study.claims_file is not None else {"protocol": study.proto}
     for s in studies:
         if (args.out / s.name).is_dir():

@@ -77,6 +77,20 @@ class State:
         state.family = state.family or family  # a folder from before families were frozen takes this one
         return state
 
+    def per_study(self) -> dict[str, dict]:
+        """Each study's process time against the plan's (job_seconds: every finished job's seconds and the
+        plan's estimate of it), in all and by round ("1", "2", ...; widening's jobs count in their round).
+        Process time: jobs ran side by side, so a study's is more than the wall time it added."""
+        out: dict = {}
+        for key, (seconds, planned) in sorted(self.job_seconds.items()):
+            study, folder = key.split("/")[:2]  # <study>/r<round>/<job>
+            row = out.setdefault(study, {"seconds": 0.0, "planned": 0.0, "by_round": {}})
+            by = row["by_round"].setdefault(folder.removeprefix("r"), {"seconds": 0.0, "planned": 0.0})
+            for d in (row, by):
+                d["seconds"] = round(d["seconds"] + seconds, 1)
+                d["planned"] = round(d["planned"] + planned, 1)
+        return out
+
     def save(self, out: Path) -> None:
         from normbench.results import atomic_write_text
 
@@ -354,6 +368,9 @@ class Rounds:
                 self.state.decisions += frozen.look_entries(summary.claims, index, self._members())
                 self.state.save(self.out)
             open_keys = open_after(summary.claims, index + 1) & self._members()
+            if not self._members():
+                why = "these studies declare no primary claim: round 1's exploratory estimates are all they train"
+                break
             if not open_keys:
                 why = "every primary claim of these studies is decided"
                 break
