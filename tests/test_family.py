@@ -222,3 +222,18 @@ def test_a_summary_of_a_study_folder_tests_the_family_it_froze(tmp_path):
     (tmp_path / "study.json").write_text(json.dumps({"protocol": {"alpha": 0.05, "looks": [3, 5, 10],
                                                                   "spending": "obrien_fleming", "widen_limit": 2}}))
     assert frozen.recorded_protocol(tmp_path, today).family == today.family
+
+
+def test_resuming_under_other_protocol_numbers_names_each_that_changed(tmp_path):
+    """Reference: docs/reliability.md, one line that says what is wrong: a folder started under the record's
+    numbers (widen_limit 2, seed_base 0) refused under today's, naming those two and no other."""
+    from normbench.study.rounds import State
+
+    today = protocols.load().numbers()
+    old = {**today, "widen_limit": 2, "seed_base": 0}
+    (tmp_path / "study.json").write_text(json.dumps({"studies": ["ghost_batch"], "scale": "quick", "protocol": old}))
+    with pytest.raises(UserError) as refused:
+        State.open(tmp_path, ["ghost_batch"], "quick", today, {})
+    said = str(refused.value)
+    assert f"another protocol (widen_limit 2 -> {today['widen_limit']}, seed_base 0 -> {today['seed_base']})" in said
+    assert "alpha" not in said

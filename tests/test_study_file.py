@@ -101,3 +101,6 @@ def test_a_scale_gives_one_sweep_a_budget_of_its_own(tmp_path):
                      + text[text.index("claims:"):])
     with pytest.raises(UserError, match=r"per_sweep names no sweep nosuch; its sweeps are "):
         spec.load(str(study)).sweeps_at("full")
+    study.write_text(study.read_text().replace("{nosuch: [epochs=2]}", "{mine: epochs=2}"))
+    with pytest.raises(UserError, match=r"per_sweep must map sweep names to override lists; e.g. per_sweep: "):
+        spec.load(str(study)).sweeps_at("full")

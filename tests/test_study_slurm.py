@@ -30,12 +30,15 @@ import time
 from pathlib import Path
 
 import pytest
+import test_slurm
 import yaml
 from conftest import CHILD_ENV, normbench_cli, requires_real_data, write_tiny_fashion_mnist
-from test_slurm import ENV, TIMINGS, Releaser, _signal_task, cluster, slurm, wait_queue_empty  # noqa: F401,F811
+from test_slurm import ENV, TIMINGS, Releaser, _signal_task, slurm, wait_queue_empty
 
 from normbench.errors import UserError
 from normbench.study import estimate, spec
+
+cluster = test_slurm.cluster  # the one-node cluster fixture, shared with the sweep's SLURM tests
 
 SLURM_ARGS = ["launcher=slurm", "slurm.mem_gb=1", "slurm.cpus_per_task=1"]
 
@@ -102,8 +105,10 @@ def test_the_plan_prints_each_rounds_array_and_the_whole_study(tmp_path, monkeyp
     one = cal.scaled(1.0)  # round 1: 5 tasks at 3 seeds, each the calibration itself
     assert f"SLURM array: 5 tasks, ~{estimate.hms(estimate.schedule([one] * 5, 2))} of wall time at 2 at once" in text
     assert f"    ghost_batch: bn-0 ~{estimate.hms(one)}, bn-1 ~{estimate.hms(one)}" in text
-    later = [cal.scaled(2 / 3)] * 4 + [cal.scaled(5 / 3)] * 4  # rounds 2, 3: at most the primary claims' cells
-    assert f"on SLURM in all: at most 3 arrays (one a round; a widening adds one), 13 tasks, " \
+    cells = len(study.round_jobs(1, None))  # rounds 2, 3: at most the primary claims' cells (BRN's two)
+    later = [cal.scaled(2 / 3)] * cells + [cal.scaled(5 / 3)] * cells
+    assert cells == 2
+    assert f"on SLURM in all: at most 3 arrays (one a round; a widening adds one), {5 + 2 * cells} tasks, " \
            f"~{estimate.hms(5 * one + sum(later))} of task time" in text
     assert "1 CPU, 4 GB, a 1 min limit per task, at most 2 at once, trained on the CPU" in text
     # a 1-minute limit, USR2 50 s before it: every task (~13 s or more) outlasts its 10 s, and says so
@@ -164,7 +169,7 @@ def test_each_cell_is_calibrated_and_a_suite_once_per_model_and_regime(tmp_path,
 
     monkeypatch.setattr(estimate, "measure", full)
     monkeypatch.setattr(estimate, "measure_training", training)
-    monkeypatch.setattr(estimate, "measure_start", lambda: measured.append(("start", ())) or 2.5)
+    monkeypatch.setattr(estimate, "measure_start", lambda runs=3: measured.append(("start", ())) or 2.5)
     cals = estimate.Calibrations(tmp_path / "calibration.json", say=lambda s: None)
     base = ["experiment=ghost_batch", "epochs=1", "max_steps=40"]
     bn, gn = [*base, "norm=bn"], [*base, "norm=gn", "norm.ghost_batch=null"]
@@ -192,12 +197,13 @@ def test_the_start_of_a_process_does_not_scale_with_its_members():
 @requires_real_data
 def test_a_process_start_is_measured_as_a_real_process_less_its_work():
     """Reference: a `normbench train` process's wall time here, which its start is part of: the start
-    measured is positive and below the whole process's wall time (a one-step MLP run, timed outside)."""
+    measured is positive and below the whole process's wall time (a one-step MLP run, timed outside), and is
+    not the fallback a failed run gives (START_S)."""
     import time as clock
 
     started = clock.perf_counter()
-    start = estimate.measure_start()
-    assert 0 < start < clock.perf_counter() - started
+    start = estimate.measure_start(runs=1)
+    assert 0 < start < clock.perf_counter() - started and start != estimate.START_S
 
 
 # --- on the one-node cluster ------------------------------------------------------------------------------

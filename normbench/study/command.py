@@ -100,7 +100,7 @@ def plan(study: Rounds, say=print) -> list[float]:
             "are this machine's, and leave out the queue's waits")
     say(f"protocol: alpha {proto.alpha} over looks at {', '.join(map(str, proto.looks))} seeds ({proto.spending}); "
         f"lr grids widened by up to {proto.widen_limit} values a side (docs/protocol.md)")
-    estimates, tasks = [], []
+    estimates, tasks, arrays = [], [], 0
     for index in range(len(proto.looks)):
         seeds = list(protocols.round_seeds(proto, index))
         jobs = study.round_jobs(index, None)
@@ -124,13 +124,14 @@ def plan(study: Rounds, say=print) -> list[float]:
                     n = sum(1 for j in jobs if j.study == s.name and j.sweep == sweep)
                     say(f"  {s.name}/{sweep}: {n} job{'s' * (n > 1)}: normbench train -m {' '.join(overrides)} "
                         f"pack.seeds=[{','.join(map(str, seeds))}]")
-        if slurm:
+        if slurm and jobs:
             _say_array(study, jobs, seconds, estimates[-1], say)
+            arrays += 1
     total = sum(estimates)
     say(f"in all: ~{hms(estimates[0])} for round 1, at most ~{hms(total)} if every round runs"
         + (f"; budget {hms(study.budget)}" if study.budget else ""))
     if slurm:
-        say(f"on SLURM in all: at most {len(estimates)} arrays (one a round; a widening adds one), {len(tasks)} "
+        say(f"on SLURM in all: at most {arrays} arrays (one a round; a widening adds one), {len(tasks)} "
             f"tasks, ~{hms(sum(tasks))} of task time, at most ~{hms(total)} of wall time at "
             f"{slurm['array_parallelism']} at once, queue waits aside")
     return estimates
@@ -206,9 +207,9 @@ def main(argv: list[str]) -> int:
         return 130
     print(f"stopped: {why}; trained {hms(study.state.spent)} in all ("
           + ", ".join(f"round {k}: {hms(v)}" for k, v in study.state.seconds.items()) + ")")
-    print("process time by study, against the plan's estimate (jobs ran side by side): " + "; ".join(
-        f"{name} {hms(row['seconds'])} (plan ~{hms(row['planned'])}, {row['planned'] / row['seconds']:.2f}x)"
-        for name, row in study.state.per_study().items() if row["seconds"] > 0))
+    if rows := [f"{name} {hms(row['seconds'])} (plan ~{hms(row['planned'])}, {row['planned'] / row['seconds']:.2f}x)"
+                for name, row in study.state.per_study().items() if row["seconds"] > 0]:
+        print("process time by study, against the plan's estimate (jobs ran side by side): " + "; ".join(rows))
     own = {"claims_file": study.claims_file} if study.claims_file is not None else {"protocol": study.proto}
     for s in studies:
         if (args.out / s.name).is_dir():

@@ -175,17 +175,17 @@ def measure_training(overrides: list[str], seeds: list[int]) -> Calibration:
                        cfg.epochs, cfg.max_steps, cfg.validations)
 
 
-def measure_start() -> float:
+def measure_start(runs: int = START_RUNS) -> float:
     """The seconds a `normbench train` process spends outside its training and evaluation (the interpreter,
     torch, Hydra, reading the data, writing its results), here: a one-step run of the MLP in a process of
     its own, its wall time less the training and evaluation its results.json records. START_S where that
-    run cannot be made (no data here, say): the jobs will say why. The median of START_RUNS such runs: the
+    run cannot be made (no data here, say): the jobs will say why. The median of `runs` such runs: the
     first pays for a cold disk cache, and one run on a busy machine read 4x a process's usual start."""
     import subprocess
     import sys
 
     seconds = []
-    for _ in range(START_RUNS):
+    for _ in range(runs):
         with tempfile.TemporaryDirectory() as tmp:
             run = Path(tmp) / "run"
             cmd = [sys.executable, "-m", "normbench", "train", "model=mlp", "max_steps=1", "statistics_suite=false",
@@ -235,8 +235,9 @@ class Calibrations:
     """The study folder's calibrations (calibration.json), measured on demand and kept: each cell's training
     ("training", by `signature`), each suite ("suite", by `suite_key`) and a process's start ("start")."""
 
-    def __init__(self, path: Path | None, say=print):
+    def __init__(self, path: Path | None, say=print, start_runs: int = START_RUNS):
         self.path, self.say = (None if path is None else Path(path)), say  # None: kept in memory only
+        self.start_runs = start_runs  # one-step runs its process start is the median of
         self.known = json.loads(self.path.read_text()) if self.path and self.path.is_file() else {}
 
     def get(self, overrides: list[str], seeds: list[int]) -> Calibration:
@@ -248,7 +249,7 @@ class Calibrations:
         known = len(self.known)
         if start not in self.known:
             self.say("calibrating (a process's start): normbench train model=mlp max_steps=1")
-            self.known[start] = {"start_s": measure_start()}
+            self.known[start] = {"start_s": measure_start(self.start_runs)}
         if suite not in self.known:
             full = self._measure(f"{STEPS} steps and the evaluation", measure, overrides, seeds)
             self.known[suite] = {"suite_s": full["suite_s"], "measured_s": full["measured_s"]}

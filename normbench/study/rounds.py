@@ -65,8 +65,10 @@ class State:
         if raw["studies"] != studies or raw["scale"] != scale:
             raise UserError(f"{out} holds a study of {', '.join(raw['studies'])} at scale={raw['scale']}",
                             "rerun it with those settings to continue it, or choose another out=")
-        if protocols.numbers_of(raw.get("protocol", protocol)) != protocol:
-            raise UserError(f"{out} was started under another protocol ({raw['protocol']})",
+        pinned = protocols.numbers_of(raw.get("protocol", protocol))
+        if pinned != protocol:
+            differ = ", ".join(f"{k} {pinned.get(k)!r} -> {v!r}" for k, v in protocol.items() if pinned.get(k) != v)
+            raise UserError(f"{out} was started under another protocol ({differ})",
                             "a protocol is declared before the first run: resume it under that one, or choose "
                             "another out=")
         if raw.get("family") and (differ := frozen.changed(raw["family"], family)):

@@ -13,7 +13,8 @@ sweep. The seeds are not a study's: the protocol's rounds choose them (normbench
 A study file of your own holds in one file what a shipped study spreads over its experiment and its plan:
 `experiment:` (the overrides every run shares), `sweeps:`, `scales:`, `claims:` (their own family, as a
 --claims file's: confirmatory unless `role: exploratory`) and, optionally, `protocol:` (looks, alpha,
-spending; protocol.yaml's looks when it declares none, since a study trains its seeds in rounds).
+spending; protocol.yaml's looks and seed_base where it declares none, since a study trains its seeds in
+rounds: from 1000, apart from a pilot's 0-9).
 """
 
 from __future__ import annotations
@@ -52,9 +53,12 @@ class Study:
             raise UserError(f"study {self.name} has no scale {scale!r}", f"choose one of: {', '.join(self.scales)} ({where})")
         at = self.scales[scale] or {}
         replaced = at.get("sweeps") or {}
-        unknown = sorted(set(at.get("per_sweep") or {}) - set(self.sweeps))
-        if unknown:
-            where = self.source or f"normbench/study/plans/{self.name}.yaml"
+        per_sweep = at.get("per_sweep") or {}
+        where = self.source or f"normbench/study/plans/{self.name}.yaml"
+        if not isinstance(per_sweep, dict) or not all(isinstance(v, list) for v in per_sweep.values()):
+            raise UserError(f"study {self.name}, scale {scale}: per_sweep must map sweep names to override lists",
+                            f"e.g. per_sweep: {{{next(iter(self.sweeps))}: [epochs=5]}} ({where})")
+        if unknown := sorted(set(per_sweep) - set(self.sweeps)):
             raise UserError(f"study {self.name}, scale {scale}: per_sweep names no sweep {', '.join(unknown)}",
                             f"its sweeps are {', '.join(self.sweeps)} ({where})")
         shared = [f"experiment={self.experiment}"] if self.experiment else list(self.overrides)
@@ -62,7 +66,7 @@ class Study:
         for name, overrides in self.sweeps.items():
             overrides = replaced.get(name, overrides)
             if overrides is not None:
-                own = (at.get("per_sweep") or {}).get(name) or []
+                own = per_sweep.get(name) or []
                 out[name] = _last_wins([*shared, *map(str, overrides), *map(str, at.get("overrides") or []),
                                         *map(str, own), *COMMON])
         return out

@@ -21,7 +21,8 @@ from hydra.experimental.callback import Callback
 
 from normbench.train.budget import count_steps
 
-SMALL = 20_000  # steps in all, below which a calibration (~5-15 s per model and batch size) is not worth it
+SMALL = 20_000  # steps in all, below which a calibration (a process start, then ~5-15 s per model and batch size)
+# is not worth it
 MAX_CALIBRATIONS = 4  # model and batch size combinations calibrated at most before a sweep starts
 
 
@@ -100,7 +101,7 @@ def plan_line(overrides: list[str], workers: int, local: bool = True) -> str:
         why = "its runs go to a cluster" if not local else f"{len(combos)} model and batch size combinations"
         return (f"{head}, {steps:,} steps in all; not calibrated here ({why}): `normbench study NAME --plan` "
                 "estimates a shipped study")
-    cal = Calibrations(None, say=lambda s: None)
+    cal = Calibrations(None, say=lambda s: None, start_runs=1)  # a sweep's rough plan: one start is enough
     first: dict[tuple, list[str]] = {}
     seconds = []
     for job, cfg in zip(jobs, configs):

@@ -298,8 +298,9 @@ def load_file(path) -> ClaimsFile:
     found = parse(raw.get("claims") if isinstance(raw, dict) else raw, str(path), default_role="primary")
     family = [c.key for c in found if c.role == "primary"]
     declared = raw.get("protocol") if isinstance(raw, dict) else None
-    if study and isinstance(declared or {}, dict) and "looks" not in (declared or {}):
-        declared = {**(declared or {}), "looks": list(protocol.shipped_looks())}
+    if study and isinstance(declared or {}, dict):  # a study trains its own seeds: the shipped rounds' by default
+        declared = {"looks": list(protocol.shipped_looks()), "seed_base": protocol.shipped_seed_base(),
+                    **(declared or {})}
     own = protocol.of_claims_file(declared, path.name, family)
     return ClaimsFile(found, own)
 

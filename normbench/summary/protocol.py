@@ -192,9 +192,18 @@ OWN_KEYS = ("alpha", "looks", "spending", "seed_base")  # what a --claims file's
 
 def shipped_looks(path: Path = PATH) -> tuple[int, ...]:
     """The pairs at each look protocol.yaml declares (its numbers only: no experiment is read)."""
+    return tuple(_shipped(path).get("looks", (3, 5, 10)))
+
+
+def shipped_seed_base(path: Path = PATH) -> int:
+    """The first confirmatory seed protocol.yaml declares (0 where it declares none)."""
+    return int(_shipped(path).get("seed_base", 0))
+
+
+def _shipped(path: Path) -> dict:
     import yaml
 
-    return tuple((yaml.safe_load(Path(path).read_text()) or {}).get("looks", (3, 5, 10)))
+    return yaml.safe_load(Path(path).read_text()) or {}
 
 
 def of_claims_file(raw: Any, source: str, family) -> Protocol:

@@ -15,12 +15,12 @@ Primary claims are one confirmatory family (protocol.py, docs/protocol.md): ever
 shipped studies, whatever ran, plus any primary claim of this summary beyond them; or, for a --claims
 file, its own claims alone (every one not marked exploratory), under the protocol the file declares or one
 look at every seed the runs have. Look r reads the seeds of rounds 1..r as declared (protocol.look_seeds:
-0-2, 0-4, 0-9) and nothing else: a failed seed among them is a missing pair, never replaced by a later seed,
-and under --select lr each of those seeds' lr is chosen on the other seeds of the same look (`pick`), so a
-later round's runs cannot change what an earlier look read. A claim reaches a look once each side has a run
-(of any status) at every seed of it (the one look at every seed: at once, with the pairs it has). Each look tests
-the undecided claims that reached it at its share of α, Holm over the family's 2 m hypotheses, and a
-decided claim stays decided. The verdict:
+1000-1002, 1000-1004, 1000-1009 from the shipped seed_base) and nothing else: a failed seed among them is
+a missing pair, never replaced by a later seed, and under --select lr each of those seeds' lr is chosen on
+the other seeds of the same look (`pick`), so a later round's runs cannot change what an earlier look read.
+A claim reaches a look once each side has a run (of any status) at every seed of it (the one look at every
+seed: at once, with the pairs it has). Each look tests the undecided claims that reached it at its share of
+α, Holm over the family's 2 m hypotheses, and a decided claim stays decided. The verdict:
 
 - held: the claim's alternative is significant after Holm, at a look's level;
 - refuted: the opposite one (less/greater than the margin; outside +-margin for `equivalent`) is;
