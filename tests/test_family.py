@@ -12,6 +12,7 @@ import pytest
 import yaml
 from conftest import requires_real_data
 from rich.console import Console
+from test_study import TOY as STUDY_TOY
 
 from normbench.errors import UserError
 from normbench.study import command, jobs, spec
@@ -75,27 +76,7 @@ def test_the_declared_seeds_are_fresh_and_each_job_names_them_and_the_family(tmp
 
 # --- a toy study: its runs, its stored decisions, a resume under another family -------------------------------
 
-TOY = """\
-# @package _global_
-defaults:
-  - override /model: mlp
-data: {split: per_seed, subset: 1000, val_size: 500}
-optimizer: sgd
-lr: 0.05
-epochs: 1
-max_steps: 30
-claims:
-  - name: BN at ghost batch 2 loses to ghost batch 64 (toy)
-    role: primary
-    a: {norm.name: bn, norm.ghost_batch: 2}
-    b: {norm.name: bn, norm.ghost_batch: 64}
-    expect: less
-  - name: a key the model ignores changes nothing (toy)
-    role: primary
-    a: {norm.name: gn, lr_ref_batch: 32}
-    b: {norm.name: gn, lr_ref_batch: 64}
-    expect: greater
-"""
+TOY = STUDY_TOY.replace("epochs: 1\n", "lr: 0.05\nepochs: 1\n")  # test_study's toy experiment, at one lr
 PROTOCOL = "alpha: 0.05\nlooks: [3, 5]\nspending: bonferroni\nwiden_limit: 2\nseed_base: 1000\n"
 
 
