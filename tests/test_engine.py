@@ -397,8 +397,8 @@ def test_batches_cover_the_data_once_in_the_seeds_order(shuffle, drop_last):
 @pytest.mark.slow
 @pytest.mark.parametrize("study, overrides, epochs, full_steps, passes", [
     ("ghost_batch", ["norm=bn", "norm.ghost_batch=2"], 2, 2 * (500 // 64), 2),  # 2 epochs of 500 images
-    # epochs 0, max_steps 3000 alone: ceil(3000 / 7) epochs, of which validations=10 are validated
-    ("norm_free_regime", ["norm=ln", "pack.lrs=null", "model.hidden=32"], -(-3000 // (500 // 64)), 3000, 10),
+    # its equal-steps cell, 52 epochs of 7 steps, of which validations=6 are validated
+    ("norm_free_regime", ["norm=ln", "epochs=52", "pack.lrs=null", "model.hidden=32"], 52, 52 * (500 // 64), 6),
 ])
 def test_bench_eval_section_projects_the_measured_costs(tiny_root, tmp_path, monkeypatch, study, overrides, epochs,
                                                         full_steps, passes):

@@ -108,7 +108,7 @@ def test_schedule_takes_the_longest_first():
 
 
 def test_a_calibration_counts_max_steps_alone_below_one_epoch():
-    """As train/budget.plan_steps: epochs 0 with max_steps trains max_steps (norm_free_regime's form)."""
+    """As train/budget.plan_steps: epochs 0 with max_steps trains max_steps (norm_free_regime's old form)."""
     def cal(epochs, max_steps):
         return estimate.Calibration(step_s=0.01, suite_s=1.0, validation_s=0.5, steps_per_epoch=15,
                                     epochs=epochs, max_steps=max_steps)
