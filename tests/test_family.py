@@ -9,10 +9,10 @@ import shutil
 from dataclasses import replace
 
 import pytest
-import yaml
 from conftest import requires_real_data
 from rich.console import Console
 from test_study import TOY as STUDY_TOY
+from test_study import write_toy_study
 
 from normbench.errors import UserError
 from normbench.study import command, jobs, spec
@@ -87,16 +87,8 @@ def toy(tmp_path_factory):
     at 3 and 5 seeds from 1000 (Bonferroni): 8 `normbench train` jobs. Returns (its folder, its study's
     arguments, the experiment file, the MonkeyPatch that keeps spec pointed at them)."""
     tmp = tmp_path_factory.mktemp("toy")
+    studies = write_toy_study(tmp, TOY, [], [])
     configs = tmp / "configs" / "experiment"
-    configs.mkdir(parents=True)
-    (configs / "toy.yaml").write_text(TOY)
-    studies = tmp / "studies"
-    studies.mkdir()
-    search = f"hydra.searchpath=[file://{tmp / 'configs'}]"
-    (studies / "toy.yaml").write_text(yaml.safe_dump({
-        "experiment": "toy", "scales": {"quick": {}},
-        "sweeps": {"bn": ["norm=bn", "norm.ghost_batch=2,64", search],
-                   "ignored": ["norm=gn", "lr_ref_batch=32,64", search]}}))
     (tmp / "protocol.yaml").write_text(PROTOCOL)
     out = tmp / "out"
     args = ["toy", "scale=quick", f"out={out}", f"protocol={tmp / 'protocol.yaml'}"]

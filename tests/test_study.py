@@ -6,6 +6,7 @@ import json
 import os
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -143,6 +144,23 @@ def test_open_after_counts_a_claim_decided_later_as_open_before():
     assert open_after(rows, 3) == {("s", "c")}
 
 
+def write_toy_study(root: Path, experiment: str, bn: list[str], ignored: list[str]) -> Path:
+    """The toy experiment as configs/experiment/toy.yaml under `root` and its study, studies/toy.yaml, whose
+    two sweeps are BN at ghost batch 2 and 64 and GN at lr_ref_batch 32 and 64 (with `bn` and `ignored`'s
+    overrides): the studies folder."""
+    configs = root / "configs" / "experiment"
+    configs.mkdir(parents=True)
+    (configs / "toy.yaml").write_text(experiment)
+    studies = root / "studies"
+    studies.mkdir()
+    search = f"hydra.searchpath=[file://{root / 'configs'}]"
+    (studies / "toy.yaml").write_text(yaml.safe_dump({
+        "experiment": "toy", "scales": {"quick": {}},
+        "sweeps": {"bn": ["norm=bn", "norm.ghost_batch=2,64", *bn, search],
+                   "ignored": ["norm=gn", "lr_ref_batch=32,64", *ignored, search]}}))
+    return studies
+
+
 TOY = """\
 # @package _global_
 defaults:
@@ -180,16 +198,8 @@ def test_a_toy_study_decides_the_large_effect_first_and_trains_only_the_null_aft
     at 6 and 10 seeds (Bonferroni), the large effect is held at look 1; the null is never decided, so the
     study runs to the last look, and round 2 trains the null's two jobs and nothing else. The plan's
     estimate of round 1 is within 2x of its measured time."""
+    studies = write_toy_study(tmp_path, TOY, ["pack.lrs=[0.02,0.05]"], ["lr=0.05"])
     configs = tmp_path / "configs" / "experiment"
-    configs.mkdir(parents=True)
-    (configs / "toy.yaml").write_text(TOY)
-    studies = tmp_path / "studies"
-    studies.mkdir()
-    search = f"hydra.searchpath=[file://{tmp_path / 'configs'}]"
-    (studies / "toy.yaml").write_text(yaml.safe_dump({
-        "experiment": "toy", "scales": {"quick": {}},
-        "sweeps": {"bn": ["norm=bn", "norm.ghost_batch=2,64", "pack.lrs=[0.02,0.05]", search],
-                   "ignored": ["norm=gn", "lr_ref_batch=32,64", "lr=0.05", search]}}))
     proto = tmp_path / "protocol.yaml"
     proto.write_text("alpha: 0.05\nlooks: [6, 10]\nspending: bonferroni\nwiden_limit: 2\n")
     monkeypatch.setattr(spec, "STUDIES", studies)
