@@ -23,7 +23,10 @@ key=value against that key; pack.seeds and pack.lrs against the member's seed an
 a group (model=, norm=, seq_norm=, varlen_design=, experiment=) against what its file at the commit sets,
 where nothing later on the command line sets it again; experiment= also against the claims the run recorded.
 And the whole command, composed by this checkout's Hydra (jobs.Job's config), against every key of the
-config but a member's own (seed, lr, pack, resume) and the claims.
+config but a member's own (seed, lr, pack, resume), the claims, and the keys the study's experiment file sets
+differently in this checkout than at the commit: a study redesigned since (norm_free_regime's budget moved
+from steps to epochs, issue 58) composes its new design from the old command line, and those keys are checked
+against the commit's experiment instead (`expected`); each study's line names the keys it left out.
 """
 
 from __future__ import annotations
@@ -149,15 +152,22 @@ def expected(commit: Commit, overrides: list[str]) -> dict[str, tuple[Any, str]]
     return {k: v for k, v in want.items() if not k.startswith("pack.") and k != "resume"}
 
 
+def redesigned(commit: Commit, experiment: str) -> set[str]:
+    """The keys `experiment`'s file sets differently in this checkout than at the commit (its claims aside)."""
+    then = _body(commit.group("experiment", experiment))
+    now = _body(yaml.safe_load((spec.EXPERIMENTS / f"{experiment}.yaml").read_text()) or {})
+    return {k for k in then.keys() | now.keys() if then.get(k) != now.get(k) and not k.startswith("pack.")}
+
+
 def check(commit: Commit, overrides: list[str], run: discover.Run, members: list[discover.Run],
-          composed: dict[str, Any] | None = None) -> list[str]:
+          composed: dict[str, Any] | None = None, changed: set[str] = frozenset()) -> list[str]:
     """Where the command line `overrides` disagrees with the config `run` resolved (and with its pack's
     `members`): one line each. `composed`: the job's config as this checkout's Hydra composes its command
     (jobs.Job's config), compared key by key too where both have the key; a pack's member has its own seed
     and lr and no pack, and the claims are compared with the commit's experiment instead (its notes were
-    reworded since)."""
+    reworded since); so are the keys in `changed` (`redesigned`)."""
     config, bad = run.config, []
-    own = {"claims", "resume", "seed", "lr", "pack.seeds", "pack.lrs"}
+    own = {"claims", "resume", "seed", "lr", "pack.seeds", "pack.lrs", *changed}
     for key in sorted(set(composed or {}) & set(config) - own):
         if composed[key] != config[key]:
             bad.append(f"composed by this checkout, {key}={composed[key]!r}; the config has {config[key]!r}")
@@ -198,6 +208,10 @@ def rebuild(commit: Commit, run_json: dict, write: bool, say=print) -> tuple[int
     for path in sorted(RESULTS.glob(f"*/{RUNS}")):
         study = path.parent.name
         jobs = study_jobs(commit, study, scale, run_json.get("widened", []))
+        moved = redesigned(commit, commit.study(study).experiment)
+        if moved:
+            say(f"{study}: its experiment sets {', '.join(sorted(moved))} differently since {commit.sha}; "
+                "these are checked against the commit's experiment, not this checkout's composition")
         runs = discover.read_runs_file(path)
         packs: dict[Path, list[discover.Run]] = defaultdict(list)
         for r in runs:
@@ -214,7 +228,7 @@ def rebuild(commit: Commit, run_json: dict, write: bool, say=print) -> tuple[int
             members = packs[r.path.parent]
             again = ["resume=true"] if any(m.config.get("resume") for m in members) else []
             overrides = [*job.overrides, f"pack.seeds=[{','.join(map(str, seeds))}]", *again]
-            bad = check(commit, overrides, r, members, job.config)
+            bad = check(commit, overrides, r, members, job.config, moved)
             for b in bad:
                 say(f"  {study}/{r.path.relative_to(path)}: {b}")
             bad_here += bool(bad)

@@ -82,3 +82,27 @@ def test_a_runs_file_without_command_lines_fails_the_check(tmp_path):
     assert any("p (Holm) 1.9e-04 checked in, 2.2e-04 recomputed" in d for d in differ), differ
     again = compute(study / "runs.jsonl.gz", select=readme_claims.SELECT)
     assert readme_claims._markdown_differences(study / "summary.md", again) == []
+
+
+def test_a_redesigned_study_is_checked_against_the_records_experiment_and_a_changed_budget_is_caught(tmp_path):
+    """Reference: norm_free_regime's experiment at the record's commit (run.json's git_sha: steps decide, epochs
+    0, max_steps 3000, 10 validations) and in this checkout (epochs 10, 6 validations, issue 58). The keys the
+    redesign moved leave the composed comparison, and a run whose config disagreed with the commit's
+    experiment on one of them is still reported."""
+    sha = json.loads((RESULTS / "run.json").read_text())["git_sha"]
+    if not _has_commit(sha):
+        pytest.skip(f"the record's commit {sha} is not in this clone's history")
+    sys.path.insert(0, str(REPO / "scripts"))
+    import record_overrides as ro
+
+    commit = ro.Commit(sha, tmp_path)
+    moved = ro.redesigned(commit, "norm_free_regime")
+    assert {"epochs", "max_steps", "validations"} <= moved
+    assert ro.redesigned(commit, "converged") == set()
+    runs = discover.read_runs_file(RESULTS / "norm_free_regime" / "runs.jsonl.gz")
+    run = runs[0]
+    members = [r for r in runs if r.path.parent == run.path.parent]
+    assert ro.check(commit, run.overrides, run, members) == []
+    run.config = {**run.config, "epochs": 10}  # what this checkout's experiment would compose
+    assert ro.check(commit, run.overrides, run, members) == [
+        "experiment=norm_free_regime: epochs=0, the config has 10"]
