@@ -17,7 +17,7 @@ from test_pack import assert_members_equal_separate_runs, torch_dtype
 from normbench import models, norms
 from normbench.config import Config, DataConfig, ModelConfig, NormConfig, PackConfig
 from normbench.errors import UserError
-from normbench.models.resnet import Block
+from normbench.models.resnet import ResidualBlock
 from normbench.norms import registry
 from normbench.pack.layers import Elementwise, PackedBatchNorm, PackedConv2d, PackedGroupNorm, PerMember
 from normbench.pack.model import PackedModel
@@ -114,7 +114,7 @@ def test_block_equals_he_et_al_written_out_in_functional_form(c_in, c_out, strid
     the input and every weight; and the running statistics BN updated are those of its inputs."""
     with torch_dtype(torch.float64):
         torch.manual_seed(0)
-        block = Block(c_in, c_out, stride, norms.factory("bn"))
+        block = ResidualBlock(c_in, c_out, stride, norms.factory("bn"))
         assert isinstance(block.skip, torch.nn.Identity) == (stride == 1 and c_in == c_out)
         x = torch.randn(5, c_in, 9, 9, requires_grad=True)
         ref = copy.deepcopy(block)
@@ -173,7 +173,7 @@ def test_packed_members_equal_separate_models(norm):
         alone = [copy.deepcopy(m) for m in members]
         pack = PackedModel(members)
         block = pack.net.stages.layers[1].layers[0]  # stage 2's first block: stride 2, a projection skip
-        assert isinstance(block, Block)
+        assert isinstance(block, ResidualBlock)
         assert (type(block.body.layers[0]), type(block.body.layers[1])) == PACKED_AS[norm]
         assert type(block.skip.layers[0]) is PACKED_AS[norm][0]
         g = torch.Generator().manual_seed(0)

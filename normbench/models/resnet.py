@@ -35,7 +35,7 @@ from normbench.errors import UserError
 from normbench.norms import NormFactory
 
 
-class Block(nn.Module):
+class ResidualBlock(nn.Module):
     """A basic residual block: act(body(x) + skip(x)), body = conv3x3 -> norm -> act -> conv3x3 -> norm,
     skip = the identity, or conv1x1 -> norm where the block changes the shape (stride or width)."""
 
@@ -81,7 +81,7 @@ class ResNet(nn.Module):
         for s, out in enumerate(cfg.channels):
             blocks = []
             for b in range(cfg.depth):
-                blocks.append(Block(width, out, 2 if s > 0 and b == 0 else 1, make))
+                blocks.append(ResidualBlock(width, out, 2 if s > 0 and b == 0 else 1, make))
                 width = out
             stages.append(nn.Sequential(*blocks))
         self.stages = nn.Sequential(*stages)
