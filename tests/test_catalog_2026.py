@@ -209,3 +209,15 @@ def test_the_catalog_study_at_its_quick_size_runs_through_the_protocol(tmp_path)
     for name, c in by_name.items():
         assert (c["role"], c["verdict"], c["n"]) == ("exploratory", "exploratory", 3), name
         assert c["ci_low"] <= c["estimate"] <= c["ci_high"], name
+
+
+def test_muon_on_a_torch_without_it_is_one_line(monkeypatch):
+    """Reference: torch.optim.Muon came with torch 2.9, while normbench accepts torch >= 2.4: there the run is
+    refused before any data is read, in one line naming the torch it needs."""
+    from normbench.config import Config
+    from normbench.train.runner import validate
+
+    monkeypatch.delattr(torch.optim, "Muon", raising=False)
+    with pytest.raises(UserError, match=r"optimizer=muon needs torch.optim.Muon, which torch .* does not have"):
+        validate(Config(optimizer="muon"))
+    validate(Config(optimizer="adam"))

@@ -210,3 +210,20 @@ def test_resuming_under_other_protocol_numbers_names_each_that_changed(tmp_path)
     said = str(refused.value)
     assert f"another protocol (widen_limit 2 -> {today['widen_limit']}, seed_base 0 -> {today['seed_base']})" in said
     assert "alpha" not in said
+
+
+def test_stored_decisions_of_another_family_are_not_compared(tmp_path):
+    """Reference: frozen.stored_decisions: a replay that tests none of the stored claims (a claims file of
+    the user's own on a study folder) tests another family, so no stored decision is called contradicted."""
+    from types import SimpleNamespace
+
+    from normbench.summary import frozen
+
+    entry = {"study": "toy", "name": "BN at ghost 2 loses", "look": 1, "verdict": "held", "level": 0.01}
+    (tmp_path / frozen.STATE).write_text(json.dumps({"decisions": [entry]}))
+    other = [SimpleNamespace(claim=SimpleNamespace(key=("", "mine")), role="primary", look=1, verdict="held")]
+    assert frozen.stored_decisions(tmp_path, other) == {"stored": [entry], "disagreements": [], "other_family": True}
+    same = [SimpleNamespace(claim=SimpleNamespace(key=("toy", "BN at ghost 2 loses")), role="primary", look=1,
+                            verdict="inconclusive")]
+    assert frozen.stored_decisions(tmp_path, same)["disagreements"] == [
+        "toy · BN at ghost 2 loses: stored held at look 1, replayed inconclusive at look 1"]

@@ -84,12 +84,14 @@ def test_a_runs_file_without_command_lines_fails_the_check(tmp_path):
     assert readme_claims._markdown_differences(study / "summary.md", again) == []
 
 
+@pytest.mark.slow  # ~15 s: Hydra composes norm_free_regime's 27 jobs
 def test_a_redesigned_study_is_checked_against_the_records_experiment_and_a_changed_budget_is_caught(tmp_path):
     """Reference: norm_free_regime's experiment at the record's commit (run.json's git_sha: steps decide, epochs
-    0, max_steps 3000, 10 validations) and in this checkout (epochs 10, 6 validations, issue 58). The keys the
-    redesign moved leave the composed comparison, and a run whose config disagreed with the commit's
-    experiment on one of them is still reported."""
-    sha = json.loads((RESULTS / "run.json").read_text())["git_sha"]
+    0, max_steps 3000, 10 validations) and in this checkout (epochs 10, 6 validations, issue 58). Composed by
+    this checkout, the old command line gives the new budget; the keys the redesign moved leave that comparison,
+    and a run whose config disagreed with the commit's experiment on one of them is still reported."""
+    run_json = json.loads((RESULTS / "run.json").read_text())
+    sha = run_json["git_sha"]
     if not _has_commit(sha):
         pytest.skip(f"the record's commit {sha} is not in this clone's history")
     sys.path.insert(0, str(REPO / "scripts"))
@@ -99,10 +101,14 @@ def test_a_redesigned_study_is_checked_against_the_records_experiment_and_a_chan
     moved = ro.redesigned(commit, "norm_free_regime")
     assert {"epochs", "max_steps", "validations"} <= moved
     assert ro.redesigned(commit, "converged") == set()
+    jobs = ro.study_jobs(commit, "norm_free_regime", "laptop", run_json.get("widened", []))
     runs = discover.read_runs_file(RESULTS / "norm_free_regime" / "runs.jsonl.gz")
     run = runs[0]
     members = [r for r in runs if r.path.parent == run.path.parent]
-    assert ro.check(commit, run.overrides, run, members) == []
+    composed = jobs[run.path.parts[-2]].config
+    assert "composed by this checkout, epochs=10; the config has 0" in ro.check(commit, run.overrides, run, members,
+                                                                                   composed)
+    assert ro.check(commit, run.overrides, run, members, composed, moved) == []
     run.config = {**run.config, "epochs": 10}  # what this checkout's experiment would compose
-    assert ro.check(commit, run.overrides, run, members) == [
+    assert ro.check(commit, run.overrides, run, members, composed, moved) == [
         "experiment=norm_free_regime: epochs=0, the config has 10"]

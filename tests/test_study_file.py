@@ -44,17 +44,55 @@ def test_a_study_file_without_looks_takes_the_shipped_looks(tmp_path):
     assert proto.looks == protocol.shipped_looks() and proto.alpha == 0.01
 
 
+def _under(text: str, key: str, line: str) -> str:
+    """`text` with `line` first under the top-level `key` (whose line may end in a comment)."""
+    lines = text.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith(key))
+    return "\n".join([*lines[:at + 1], line, *lines[at + 1:]]) + "\n"
+
+
 @pytest.mark.parametrize("change,message", [
     (lambda t: t.replace("sweeps:", "sweps:"), "a study file needs `sweeps:`"),
     (lambda t: t + "\nseeds: [0, 1]\n", "unknown key(s) seeds"),
     (lambda t: t.replace("  - model=mlp\n", "  - model mlp\n"), "experiment must be a list of key=value"),
     (lambda t: t[:t.index("claims:")], "no claims"),
+    (lambda t: _under(t, "sweeps:", "  a: norm=ln"), "sweep 'a' must be a list of key=value"),
+    (lambda t: _under(t, "sweeps:", "  high-lr: [norm=ln]"), "sweep name 'high-lr' holds '/' or '-lr'"),
+    (lambda t: _under(t, "scales:", "  tiny: [epochs=1]"), "`scales:` must map scale names to mappings"),
 ])
 def test_a_broken_study_file_is_one_line(tmp_path, change, message):
     """Reference: docs/reliability.md: a user's mistake is one line saying what and how to fix it."""
     (tmp_path / "s.yaml").write_text(change(EXAMPLE.read_text()))
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         spec.load(str(tmp_path / "s.yaml"))
+
+
+def test_a_study_keeps_each_overrides_prefix():
+    """Reference: Hydra's override grammar: `+k=v` adds a key the config lacks (a custom norm's options,
+    docs/your-question.md), `~k` deletes one; without its prefix the first fails to compose and the second
+    sets null. A later plain `k=v` of an added key keeps the `+`."""
+    assert spec.jobs(["model=mlp", "+norm.options.eps=1e-6", "~data.subset", "norm=bn,gn"]) == [
+        ["model=mlp", "+norm.options.eps=1e-06", "~data.subset", "norm=bn"],
+        ["model=mlp", "+norm.options.eps=1e-06", "~data.subset", "norm=gn"]]
+    assert spec._last_wins(["+norm.options.eps=1", "epochs=1", "norm.options.eps=2"]) == ["epochs=1", "+norm.options.eps=2"]
+
+
+def test_a_job_that_does_not_compose_is_one_line(tmp_path):
+    """Reference: `normbench train`'s one line for the same mistake (cli_errors.explain): a study file's typo
+    is found while the plan composes its jobs, named with the job's overrides, exit 2 and no traceback."""
+    text = EXAMPLE.read_text().replace("  - model=mlp\n", "  - model=mlp\n  - model.hiden=64\n")
+    (tmp_path / "s.yaml").write_text(text)
+    shutil.copy(EXAMPLE.parent / "my_norm.py", tmp_path)
+    r = normbench_cli("study", str(tmp_path / "s.yaml"), "scale=quick", f"out={tmp_path / 'out'}", "--plan", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "a job of the study does not compose: unknown key 'model.hiden'; did you mean model.hidden?" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_all_with_a_study_file_is_refused():
+    """Reference: a study file's claims are their own family (docs/your-question.md): `all` beside it too."""
+    with pytest.raises(UserError, match="run a study file on its own"):
+        spec.resolve(["all", "my.yaml"])
 
 
 def test_a_study_file_runs_alone():

@@ -64,6 +64,9 @@ def load(target: str) -> Callable[..., nn.Module]:
     except ImportError as e:
         raise UserError(f"cannot import {module!r} for norm.target={target} ({e})",
                         "put the module on PYTHONPATH or in the working directory") from None
+    except Exception as e:  # the module itself fails as it loads (a SyntaxError, an error at its top level)
+        raise UserError(f"importing {module!r} for norm.target={target} failed: {type(e).__name__}: {e}",
+                        f"fix the module: python -c 'import {module}' shows where") from None
     for part in name.split("."):
         if not hasattr(obj, part):
             raise UserError(f"{module} has no {name!r} (norm.target={target})", "name a class or function in it")
@@ -75,7 +78,11 @@ def load(target: str) -> Callable[..., nn.Module]:
 
 def _options(obj: Callable) -> dict[str, Any]:
     """The options a target takes: its parameters with defaults after the channel count, `layout` aside."""
-    params = list(inspect.signature(obj).parameters.values())[1:]
+    try:
+        params = list(inspect.signature(obj).parameters.values())[1:]
+    except (TypeError, ValueError) as e:
+        raise UserError(f"cannot read the parameters of {getattr(obj, '__name__', obj)!r} ({e})",
+                        "name a Python class or function taking the channel count first") from None
     return {p.name: p.default for p in params if p.default is not p.empty and p.name != "layout"
             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
@@ -104,7 +111,11 @@ def _builder(obj: Callable, options: dict[str, Any]) -> Callable[..., nn.Module]
 def spec_of(name: str, target: str, obj: Callable) -> NormSpec:
     """What the catalog knows of a norm, from what the target declares, with the defaults `norms check`
     verifies: every layout, batch-free."""
-    layouts = tuple(getattr(obj, "layouts", LAYOUTS))
+    layouts = getattr(obj, "layouts", LAYOUTS)
+    if isinstance(layouts, str) or not isinstance(layouts, (tuple, list)) or not layouts:
+        raise UserError(f"{target} declares layouts = {layouts!r}",
+                        f"declare a non-empty tuple of some of: {', '.join(LAYOUTS)} (e.g. layouts = (\"seq\",))")
+    layouts = tuple(layouts)
     unknown = set(layouts) - set(LAYOUTS)
     if unknown:
         raise UserError(f"{target} declares unknown layouts {sorted(unknown)}", f"use some of: {', '.join(LAYOUTS)}")
@@ -139,7 +150,7 @@ def load_entry_points() -> None:
             continue
         try:
             register_target(ep.value, ep.name)
-        except UserError as e:
+        except Exception as e:  # whatever a package's module raises: the other norms and commands still work
             log.warning("the norm %r (%s) could not be loaded: %s", ep.name, ep.value, e)
 
 

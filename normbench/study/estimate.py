@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from normbench.errors import UserError
 from normbench.train.budget import count_steps, validation_passes
 
 STEPS = 20  # calibration steps (after one untimed warm-up step inside the runner's own clock)
@@ -109,8 +110,18 @@ def suite_key(overrides: list[str]) -> str:
 def compose(overrides: list[str]):
     """The run config `normbench train <overrides>` composes (Hydra's compose API: the study command is
     the edge of the program, as the CLI is; inside a running Hydra app, a sweep's callback, its loader).
-    Composed once per override list: callers derive their variants with dataclasses.replace."""
-    return _compose(tuple(overrides))
+    Composed once per override list: callers derive their variants with dataclasses.replace. A job that
+    does not compose (a study file's typo, an unknown norm) is one UserError naming the job, as `train`
+    says it."""
+    from normbench.cli_errors import explain
+
+    try:
+        return _compose(tuple(overrides))
+    except Exception as e:
+        if (err := explain(e, list(overrides))) is None:
+            raise
+        raise UserError(f"a job of the study does not compose: {err.what}",
+                        (err.fix + "; " if err.fix else "") + "its overrides: " + " ".join(overrides)) from None
 
 
 @lru_cache(maxsize=None)

@@ -394,10 +394,12 @@ class Rounds:
         seeds = protocols.look_seeds(self.proto, index)
         self.say(f"look {index + 1} (seeds {seeds[0]}-{seeds[-1]}, level {self.proto.levels[index]:.3g}): "
                  f"{len(decided)} decided here, {len(still)} of {len(rows)} primary claims still open")
-        for r in decided:
-            s, (lo, hi) = r.claim.scale, r.ci or (math.nan, math.nan)
-            self.say(f"  {r.verdict}: {r.claim.study} · {r.claim.name}: {s * r.estimate:+.1f} "
-                     f"[{s * lo:+.1f}, {s * hi:+.1f}] over {r.n} pairs")
+        for r in decided:  # what the look tested: its own pairs (a resumed folder may hold later seeds too)
+            s = r.claim.scale
+            est = r.look_estimate if r.look_estimate is not None else r.estimate
+            lo, hi = r.look_ci or r.ci or (math.nan, math.nan)
+            self.say(f"  {r.verdict}: {r.claim.study} · {r.claim.name}: {s * est:+.1f} "
+                     f"[{s * lo:+.1f}, {s * hi:+.1f}] over {r.look_n or r.n} pairs")
 
 
 def _own_protocol(path: Path):

@@ -74,9 +74,18 @@ class Study:
 
 def _last_wins(overrides: list[str]) -> list[str]:
     """The overrides with each key once, at its last value (Hydra refuses a key given twice on one command
-    line; a scale's sizes override the sweep's, a sweep's own sizes the scale's)."""
-    last = {o.split("=", 1)[0]: i for i, o in enumerate(overrides)}
-    return [o for i, o in enumerate(overrides) if last[o.split("=", 1)[0]] == i]
+    line; a scale's sizes override the sweep's, a sweep's own sizes the scale's). `+k=v`, `++k=v`, `~k`
+    and `k=v` set the same key; a key an earlier override added (`+`) keeps its `+` at its last value."""
+    def key(o: str) -> str:
+        return o.split("=", 1)[0].lstrip("+~")
+
+    last = {key(o): i for i, o in enumerate(overrides)}
+    added = {key(o): o[: len(o) - len(o.lstrip("+"))] for o in overrides if o.startswith("+")}
+    out = []
+    for i, o in enumerate(overrides):
+        if last[key(o)] == i:
+            out.append(added[key(o)] + o if key(o) in added and o[0] not in "+~" else o)
+    return out
 
 
 def names() -> list[str]:
@@ -120,15 +129,28 @@ def load_file(path: Path) -> Study:
     shared = raw.get("experiment") or []
     if not isinstance(shared, list) or not all(isinstance(o, str) and "=" in o for o in shared):
         raise UserError(f"{path}: experiment must be a list of key=value overrides", "e.g. experiment: [model=mlp, epochs=1]")
+    for sweep, overrides in raw["sweeps"].items():
+        if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
+            raise UserError(f"{path}: sweep {sweep!r} must be a list of key=value overrides",
+                            f"e.g. {sweep}: [\"norm=ln,bn\", batch_size=2]")
+        if "/" in str(sweep) or "-lr" in str(sweep):  # a job's folder; '-lr' names a widened job (rounds.py)
+            raise UserError(f"{path}: sweep name {sweep!r} holds '/' or '-lr'", "rename it, e.g. with '_'")
+    scales = raw.get("scales") or {"full": {}}
+    if not isinstance(scales, dict) or not all(v is None or isinstance(v, dict) for v in scales.values()):
+        raise UserError(f"{path}: `scales:` must map scale names to mappings (overrides:, sweeps:, per_sweep:)",
+                        "e.g. scales: {quick: {overrides: [epochs=1]}}")
+    name = str(raw.get("name") or path.stem)
+    if "/" in name:
+        raise UserError(f"{path}: the study name {name!r} holds '/'", "name it without '/': it is a folder")
     sweeps = {k: [str(o) for o in v] for k, v in raw["sweeps"].items()}
-    return Study(str(raw.get("name") or path.stem), None, sweeps, raw.get("scales") or {"full": {}},
-                 source=path.resolve(), overrides=tuple(shared))
+    return Study(name, None, sweeps, scales, source=path.resolve(), overrides=tuple(shared))
 
 
 def resolve(requested: list[str]) -> list[Study]:
     """The studies named on the command line (`all`: every shipped one), each once; a study file alone."""
+    files = [n for n in requested if is_file(n)]
     wanted = names() if "all" in requested or not requested else list(dict.fromkeys(requested))
-    files = [n for n in wanted if is_file(n)]
+    wanted += [f for f in files if f not in wanted]
     if files and len(wanted) > 1:
         raise UserError(f"{files[0]} is a study file with claims of its own family, run with other studies",
                         "run a study file on its own: normbench study PATH.yaml")
@@ -144,17 +166,19 @@ def _sweeper_params(experiment: str) -> list[str]:
 
 def jobs(overrides: list[str]) -> list[list[str]]:
     """The jobs `normbench train -m <overrides>` runs, in Hydra's BasicSweeper order (the cartesian
-    product of the sweep overrides, the first key outermost), each as its override list."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    product of the sweep overrides, the first key outermost), each as its override list. An override keeps
+    its prefix (`+norm.options.eps=1e-6` adds a key, `~data.subset` deletes one)."""
+    from normbench.cli_errors import parse_overrides
 
     experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), None)
-    parser = OverridesParser.create()
     parsed = {}
-    for line in (_sweeper_params(experiment) if experiment else []) + list(overrides):
-        (o,) = parser.parse_overrides([line])
+    for o in parse_overrides((_sweeper_params(experiment) if experiment else []) + list(overrides)):
         parsed[o.key_or_group] = o  # the command line wins over the experiment's sweeper params
     axes = []
-    for key, o in parsed.items():
+    for o in parsed.values():
+        if o.is_delete():
+            axes.append([o.input_line])
+            continue
         values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
-        axes.append([f"{key}={v}" for v in values])
+        axes.append([f"{o.get_key_element()}={v}" for v in values])
     return [list(combo) for combo in itertools.product(*axes)]

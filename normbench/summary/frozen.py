@@ -149,6 +149,13 @@ def disagreements(entries: list[dict], results) -> list[str]:
 def stored_decisions(folder: Path, results) -> dict[str, Any]:
     """A summary's `decisions` for the study in `folder` (not its parent's: a study's own folder tests its
     claims with the other studies' members at p = 1, so it may legitimately be more conservative): the
-    stored entries and where the replay disagrees; {} where the folder stores none."""
+    stored entries and where the replay disagrees; {} where the folder stores none. A replay that tests none
+    of the stored claims (`summarize OUT --claims other.yaml`, a study file's folder summarized without its
+    file) tests another family: nothing to compare, and `other_family` says so."""
     entries = (study_state(folder) or {}).get("decisions") or []
-    return {"stored": entries, "disagreements": disagreements(entries, results)} if entries else {}
+    if not entries:
+        return {}
+    replayed = {r.claim.key for r in results if r.role == "primary"}
+    if not replayed & {(e["study"], e["name"]) for e in entries}:
+        return {"stored": entries, "disagreements": [], "other_family": True}
+    return {"stored": entries, "disagreements": disagreements(entries, results)}

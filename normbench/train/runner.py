@@ -67,6 +67,9 @@ def validate(cfg: Config, regime=None) -> None:
         (cfg.norm.ghost_batch is None or (cfg.norm.ghost_batch >= 1 and cfg.batch_size % cfg.norm.ghost_batch == 0),
          f"norm.ghost_batch={cfg.norm.ghost_batch} does not divide batch_size={cfg.batch_size}",
          "set norm.ghost_batch to a divisor of batch_size (each SGD batch splits into whole ghost batches)"),
+        (cfg.optimizer != "muon" or hasattr(torch.optim, "Muon"),
+         f"optimizer=muon needs torch.optim.Muon, which torch {torch.__version__} does not have",
+         "install torch 2.9 or later (pip install -U torch), or choose another optimizer"),
     ]
     for ok, what, fix in checks:
         if not ok:

@@ -164,7 +164,10 @@ def decision_lines(s: Summary) -> list[str]:
             said.append(f"{still} still open")
         lines.append(f"look {look} (α {entries[0]['level']:.2g}): {'; '.join(said)}")
     differ = (s.decisions or {}).get("disagreements")
-    if differ:
+    if (s.decisions or {}).get("other_family"):
+        lines.append("this summary tests another family than the study's (a claims file of its own?): its "
+                     "verdicts are not compared with these")
+    elif differ:
         lines.append(f"the replay with this code disagrees with {len(differ)} stored "
                      f"decision{'s' * (len(differ) > 1)}: {'; '.join(differ)}")
     elif lines:
