@@ -80,12 +80,8 @@ def _last_wins(overrides: list[str]) -> list[str]:
         return o.split("=", 1)[0].lstrip("+~")
 
     last = {key(o): i for i, o in enumerate(overrides)}
-    added = {key(o): o[: len(o) - len(o.lstrip("+"))] for o in overrides if o.startswith("+")}
-    out = []
-    for i, o in enumerate(overrides):
-        if last[key(o)] == i:
-            out.append(added[key(o)] + o if key(o) in added and o[0] not in "+~" else o)
-    return out
+    plus = {key(o): o[: len(o) - len(o.lstrip("+"))] for o in overrides if o.startswith("+")}
+    return [o if o[0] in "+~" else plus.get(key(o), "") + o for i, o in enumerate(overrides) if last[key(o)] == i]
 
 
 def names() -> list[str]:
