@@ -11,6 +11,7 @@ import pytest
 import yaml
 from test_summarize import _summarize, sleep_sweep, small_batch_sweep
 
+from conftest import REPO
 from normbench.summary.show import html_report
 from normbench.summary.summarize import compute, summarize
 
@@ -102,5 +103,5 @@ def test_template_ships_as_package_data():
     package = Path(normbench.__file__).parent
     template = package / "summary" / "show" / "templates" / "report.html.j2"
     assert template.is_file()
-    globs = tomllib.loads((package.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert any(fnmatch.fnmatch(template.relative_to(package).as_posix(), g) for g in globs["normbench"])
