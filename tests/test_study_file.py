@@ -44,6 +44,20 @@ def test_a_study_file_without_looks_takes_the_shipped_looks(tmp_path):
     assert proto.looks == protocol.shipped_looks() and proto.alpha == 0.01
 
 
+def test_a_study_file_without_scales_runs_as_written_at_any_scale(tmp_path):
+    """Reference: the file's own lines. Without `scales:`, the default scale (laptop) and any other give the
+    file's experiment, its sweep and COMMON, nothing added; a file that declares scales still refuses one
+    it does not declare."""
+    text = EXAMPLE.read_text()
+    cut = text[:text.index("scales:")] + text[text.index("claims:"):]
+    (tmp_path / "s.yaml").write_text(cut)
+    study = spec.load(str(tmp_path / "s.yaml"))
+    want = ["model=mlp", "model.hidden=64", "norm=custom", "norm.target=my_norm:ScaleNorm", "batch_size=2,32", *spec.COMMON]
+    assert study.sweeps_at("laptop")["mine"] == want and study.sweeps_at("quick")["mine"] == want
+    with pytest.raises(UserError, match="has no scale 'full'"):
+        spec.load(str(EXAMPLE)).sweeps_at("full")
+
+
 def _under(text: str, key: str, line: str) -> str:
     """`text` with `line` first under the top-level `key` (whose line may end in a comment)."""
     lines = text.splitlines()

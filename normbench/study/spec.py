@@ -11,7 +11,8 @@ variable: `normbench study ghost_batch scale=laptop --plan` prints the `normbenc
 sweep. The seeds are not a study's: the protocol's rounds choose them (normbench/configs/protocol.yaml).
 
 A study file of your own holds in one file what a shipped study spreads over its experiment and its plan:
-`experiment:` (the overrides every run shares), `sweeps:`, `scales:`, `claims:` (their own family, as a
+`experiment:` (the overrides every run shares), `sweeps:`, `scales:` (optional: a file without them runs
+as written at any scale=), `claims:` (their own family, as a
 --claims file's: confirmatory unless `role: exploratory`) and, optionally, `protocol:` (looks, alpha,
 spending; protocol.yaml's looks and seed_base where it declares none, since a study trains its seeds in
 rounds: from 1000, apart from a pilot's 0-9).
@@ -48,10 +49,10 @@ class Study:
         """Each sweep's overrides at `scale`: the experiment, the sweep (or the scale's replacement of it;
         a sweep the scale sets to null is not run), the scale's sizes, the sizes the scale gives this sweep
         alone (`per_sweep`: a budget of its own, after the scale's, so they win), and COMMON."""
-        if scale not in self.scales:
+        if self.scales and scale not in self.scales:  # a file that declares no scales runs as written at any
             where = self.source or f"normbench/study/plans/{self.name}.yaml"
             raise UserError(f"study {self.name} has no scale {scale!r}", f"choose one of: {', '.join(self.scales)} ({where})")
-        at = self.scales[scale] or {}
+        at = self.scales.get(scale) or {}
         replaced = at.get("sweeps") or {}
         per_sweep = at.get("per_sweep") or {}
         where = self.source or f"normbench/study/plans/{self.name}.yaml"
@@ -131,7 +132,7 @@ def load_file(path: Path) -> Study:
                             f"e.g. {sweep}: [\"norm=ln,bn\", batch_size=2]")
         if "/" in str(sweep) or "-lr" in str(sweep):  # a job's folder; '-lr' names a widened job (rounds.py)
             raise UserError(f"{path}: sweep name {sweep!r} holds '/' or '-lr'", "rename it, e.g. with '_'")
-    scales = raw.get("scales") or {"full": {}}
+    scales = raw.get("scales") or {}  # none: the file's sizes are its sizes, at whatever scale= asks
     if not isinstance(scales, dict) or not all(v is None or isinstance(v, dict) for v in scales.values()):
         raise UserError(f"{path}: `scales:` must map scale names to mappings (overrides:, sweeps:, per_sweep:)",
                         "e.g. scales: {quick: {overrides: [epochs=1]}}")
