@@ -49,13 +49,12 @@ class Study:
         """Each sweep's overrides at `scale`: the experiment, the sweep (or the scale's replacement of it;
         a sweep the scale sets to null is not run), the scale's sizes, the sizes the scale gives this sweep
         alone (`per_sweep`: a budget of its own, after the scale's, so they win), and COMMON."""
-        if self.scales and scale not in self.scales:  # a file that declares no scales runs as written at any
-            where = self.source or f"normbench/study/plans/{self.name}.yaml"
+        where = self.source or f"normbench/study/plans/{self.name}.yaml"
+        if self.scales and scale not in self.scales:  # no scales declared: the sweeps as written, at any scale
             raise UserError(f"study {self.name} has no scale {scale!r}", f"choose one of: {', '.join(self.scales)} ({where})")
         at = self.scales.get(scale) or {}
         replaced = at.get("sweeps") or {}
         per_sweep = at.get("per_sweep") or {}
-        where = self.source or f"normbench/study/plans/{self.name}.yaml"
         if not isinstance(per_sweep, dict) or not all(isinstance(v, list) for v in per_sweep.values()):
             raise UserError(f"study {self.name}, scale {scale}: per_sweep must map sweep names to override lists",
                             f"e.g. per_sweep: {{{next(iter(self.sweeps))}: [epochs=5]}} ({where})")
@@ -102,7 +101,7 @@ def load(name: str) -> Study:
         raise UserError(f"no study named {name!r}", f"choose from: {', '.join(names())}, or all")
     raw = yaml.safe_load(path.read_text())
     return Study(name, raw["experiment"], {k: [str(o) for o in v] for k, v in raw["sweeps"].items()},
-                 raw.get("scales") or {"full": {}})
+                 raw.get("scales") or {})
 
 
 FILE_KEYS = ("name", "experiment", "sweeps", "scales", "claims", "protocol")
