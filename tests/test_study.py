@@ -131,6 +131,20 @@ def test_a_claim_that_reads_lr_sensitivity_on_one_side_only_is_not_widened():
     assert per_side.reads_lr_grid and not plain.reads_lr_grid
 
 
+def test_the_closing_line_says_each_studys_measured_time_over_the_plans():
+    """Reference: sums by hand of the jobs' [seconds, planned] (study.json's job_seconds), as the record's
+    table divides them (measured / planned): a study 900 s over a plan of 600 s says 1.50, one faster than
+    planned below 1; a study whose jobs are all unfinished is not named, and none finished says nothing."""
+    from normbench.study.rounds import State
+
+    state = State(["a", "b"], "quick", job_seconds={"a/r1/x-0": [500.0, 400.0], "a/r2/x-0": [400.0, 200.0],
+                                                    "b/r1/y-0": [90.0, 120.0]})
+    assert command.by_study(state) == ("process time by study, against the plan's estimate (jobs ran side by "
+                                       "side): a 15 min 00 s (plan ~10 min 00 s: measured / planned 1.50); "
+                                       "b 1 min 30 s (plan ~2 min 00 s: measured / planned 0.75)")
+    assert command.by_study(State(["a"], "quick")) is None
+
+
 def test_open_after_counts_a_claim_decided_later_as_open_before():
     class R:
         def __init__(self, key, verdict, look, role="primary"):

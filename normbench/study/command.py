@@ -179,6 +179,16 @@ def _on_slurm(params: dict) -> dict:
     return {"launcher": "slurm", "device": where}
 
 
+def by_study(state) -> str | None:
+    """The closing line: each study's process time against the plan's estimate, as the record's table has it
+    (measured / planned); None before any job has finished."""
+    rows = [f"{name} {hms(row['seconds'])} (plan ~{hms(row['planned'])}: measured / planned "
+            f"{row['seconds'] / row['planned']:.2f})"
+            for name, row in state.per_study().items() if row["seconds"] > 0 and row["planned"] > 0]
+    return ("process time by study, against the plan's estimate (jobs ran side by side): " + "; ".join(rows)
+            if rows else None)
+
+
 def main(argv: list[str]) -> int:
     args = _args(argv)
     from normbench.summary.summarize import summarize
@@ -207,9 +217,8 @@ def main(argv: list[str]) -> int:
         return 130
     print(f"stopped: {why}; trained {hms(study.state.spent)} in all ("
           + ", ".join(f"round {k}: {hms(v)}" for k, v in study.state.seconds.items()) + ")")
-    if rows := [f"{name} {hms(row['seconds'])} (plan ~{hms(row['planned'])}, {row['planned'] / row['seconds']:.2f}x)"
-                for name, row in study.state.per_study().items() if row["seconds"] > 0]:
-        print("process time by study, against the plan's estimate (jobs ran side by side): " + "; ".join(rows))
+    if line := by_study(study.state):
+        print(line)
     own = {"claims_file": study.claims_file} if study.claims_file is not None else {"protocol": study.proto}
     for s in studies:
         if (args.out / s.name).is_dir():
