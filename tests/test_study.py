@@ -65,6 +65,21 @@ def test_study_settings_fail_in_one_line():
     assert command.parse_budget("1.5h") == 5400 and command.parse_budget(None) is None
 
 
+def test_ctrl_c_while_calibrating_is_one_line_that_says_what_is_kept(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during the plan's calibrations (a KeyboardInterrupt out of plan, as the terminal's SIGINT raises
+    it in the study's process; its calibration workers ignore SIGINT and are terminated): exit 130, one line
+    on stderr naming calibration.json and how to go on, no traceback."""
+    def interrupted(study, say=print):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "plan", interrupted)
+    assert command.main(["ghost_batch", "scale=quick", f"out={tmp_path / 'o'}"]) == 130
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and "Traceback" not in said, said
+    assert said.startswith("normbench: interrupted while planning: the calibrations finished so far are kept "
+                           f"({tmp_path / 'o'}/calibration.json); run the same command again to continue"), said
+
+
 def test_a_folder_trained_under_another_plan_is_refused_in_one_line(tmp_path):
     """A study folder whose study.json lists a job the plan no longer has (ghost_batch's bn-9, from the
     plan before BRN got a sweep of its own) is refused: resumed, the new plan would train the same cell
@@ -119,6 +134,33 @@ def test_a_calibration_counts_max_steps_alone_below_one_epoch():
     fewer = replace(cal(0, 800), validations=10)  # train/budget.validates: min(epochs, validations) passes
     assert fewer.evaluation_s == pytest.approx(1.0 + 10 * 0.5)
     assert replace(cal(2, None), validations=10).evaluation_s == pytest.approx(1.0 + 2 * 0.5)
+
+
+@pytest.mark.slow  # ~30 s: three 20-step calibrations of the MLP, two processes at a time
+@requires_real_data
+def test_calibrations_are_measured_side_by_side_and_are_the_ones_get_would_measure(tmp_path):
+    """Reference: get()'s rule by hand (estimate.suite_key, estimate.signature): job a measures its suite with
+    its training; b differs from a only in how it trains (optimizer: a training of its own, a's suite); c's
+    norm is a suite of its own; d differs from a only in its lr (cost-neutral: nothing). So a process's start,
+    2 suites and 3 trainings, measured in 3 calibrations 2 at a time and kept as each ends; after them get()
+    measures nothing for any of the four."""
+    a = ["model=mlp", "norm=ln", "data.subset=1000", "data.val_size=500", "statistics_suite=false", "epochs=1",
+         "threads=1", "progress=false", "tensorboard=false"]
+    jobs = [a, [*a, "optimizer=sgd"], [*a[:1], "norm=rms", *a[2:]], [*a, "lr=0.5"]]
+    said = []
+    cals = estimate.Calibrations(tmp_path / "calibration.json", say=said.append, start_runs=1)
+    cals.prefetch(jobs, [0], workers=2)
+    kept = json.loads((tmp_path / "calibration.json").read_text())
+    kinds = sorted(json.loads(k)[0] for k in kept)
+    assert kinds == ["start", "suite", "suite", "training", "training", "training"], kinds
+    assert "calibrating 3 cells, 2 at a time" in said[1], said
+    assert sorted(line.split("]")[0] for line in said if line.startswith("  [")) == ["  [1/3", "  [2/3", "  [3/3"]
+    after = []
+    cals.say = after.append
+    assert all(cals.get(j, [0]).step_s > 0 for j in jobs) and after == [], after
+    again = estimate.Calibrations(tmp_path / "calibration.json", say=after.append)
+    again.prefetch(jobs, [0], workers=2)  # kept: nothing to measure
+    assert after == []
 
 
 def test_a_claim_that_reads_lr_sensitivity_on_one_side_only_is_not_widened():

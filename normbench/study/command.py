@@ -100,6 +100,7 @@ def plan(study: Rounds, say=print) -> list[float]:
             "are this machine's, and leave out the queue's waits")
     say(f"protocol: alpha {proto.alpha} over looks at {', '.join(map(str, proto.looks))} seeds ({proto.spending}); "
         f"lr grids widened by up to {proto.widen_limit} values a side (docs/protocol.md)")
+    study.calibrate()
     estimates, tasks, arrays = [], [], 0
     for index in range(len(proto.looks)):
         seeds = list(protocols.round_seeds(proto, index))
@@ -200,7 +201,12 @@ def main(argv: list[str]) -> int:
             _beside(s.source.parent)
     study = Rounds(studies, args.scale, args.out, args.jobs, parse_budget(args.budget), protocol=args.protocol,
                    slurm=args.slurm)
-    estimates = plan(study)
+    try:
+        estimates = plan(study)
+    except KeyboardInterrupt:
+        print(f"normbench: interrupted while planning: the calibrations finished so far are kept "
+              f"({args.out}/calibration.json); run the same command again to continue", file=sys.stderr)
+        return 130
     spent = study.state.spent
     if study.budget is not None and spent == 0 and estimates[0] > study.budget:
         raise UserError(f"round 1 needs ~{hms(estimates[0])}, more than budget={args.budget}",

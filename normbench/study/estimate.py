@@ -7,8 +7,9 @@
 A job's time has two parts that scale apart (as bench section `eval` projects them): training is its steps x
 the seconds a step, evaluation is one validation pass an epoch (or cfg.validations in all) plus one test
 suite that does not depend on how long the model trained. Both are measured on the job's own pack (the
-round's seeds x its lrs, packed or not as `pack.mode=auto` decides), in this process; only the step count
-is the full budget's:
+round's seeds x its lrs, packed or not as `pack.mode=auto` decides); only the step count is the full
+budget's. A study measures its cells `jobs=` at a time (`Calibrations.prefetch`: each in a process of its
+own, one torch thread, side by side as its jobs will train); `get` measures a missing one in this process:
 
 - **each cell's training** (`measure_training`): STEPS steps and the validation pass after them, without
   the test suite. Every job whose overrides differ in more than cost-neutral keys (COST_NEUTRAL: its lr, its
@@ -44,6 +45,7 @@ STEPS = 20  # calibration steps (after one untimed warm-up step inside the runne
 # study folder (`measure_start`); this where it cannot be measured
 START_S = 8.0
 START_RUNS = 3  # one-step runs measured for it (their median)
+WHAT = {"suite": f"{STEPS} steps and the evaluation", "training": f"{STEPS} steps"}  # a calibration, as said
 # Keys whose value does not change what a step or an evaluation costs (they do not key a calibration).
 COST_NEUTRAL = ("lr", "pack.lrs", "norm.eps", "norm.momentum", "norm.r_max", "norm.d_max", "seed", "pack.seeds")
 # Keys that change how a cell trains but not what its evaluation suite costs (they do not key a suite), and
@@ -236,6 +238,26 @@ def measure(overrides: list[str], seeds: list[int]) -> Calibration:
                        cfg.max_steps, cfg.validations)
 
 
+def timed(kind: str, overrides: list[str], seeds: list[int]) -> dict:
+    """One calibration, measured and timed: "suite" (`measure`: the training and the whole suite) or
+    "training" (`measure_training`). Module-level, so a worker process of `Calibrations.prefetch` runs it."""
+    how = measure if kind == "suite" else measure_training
+    started = time.perf_counter()
+    return asdict(how(overrides, seeds)) | {"measured_s": time.perf_counter() - started}
+
+
+def _timed_task(task: tuple[int, str, list[str], list[int]]) -> tuple[int, dict]:
+    """A worker's calibration: (its index in the prefetch, `timed`'s measurement of the rest)."""
+    i, *what = task
+    return i, timed(*what)
+
+
+def _ignore_interrupts() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 # Bumped when what a calibration measures changes, so a kept calibration.json is measured again: 2 since
 # members with their own data train as one computation (a per-seed pack was one group a seed before).
 FORMAT = 6  # 3: a variable-length design evaluates its own question's passes only; 4: cfg.validations kept;
@@ -257,30 +279,80 @@ class Calibrations:
         suite = self._key("suite", suite_key(overrides), seeds)
         training = self._key("training", signature(overrides), seeds)
         start = self._key("start", "", [])
-        known = len(self.known)
+        self._start(start)
+        if (kind := self._missing(suite, training)) is not None:
+            self.say(f"calibrating ({WHAT[kind]}): {self._shown(overrides, seeds)}")
+            self._keep(kind, suite, training, timed(kind, overrides, seeds))
+        return self._calibration(training, suite, start)
+
+    def prefetch(self, jobs: list[list[str]], seeds: list[int], workers: int) -> None:
+        """Measure what `get` would for each of `jobs` (its overrides) at `seeds`, `workers` at a time, each in
+        a process of its own with the job's threads (one, as the study's jobs train side by side): the same
+        measurements `get` makes one after another, in its order; each is kept as it ends, so stopping keeps
+        those finished. One worker: nothing here (`get` measures each as the plan needs it)."""
+        todo, pending = [], set()
+        for overrides in jobs:
+            suite, training = (self._key("suite", suite_key(overrides), seeds),
+                               self._key("training", signature(overrides), seeds))
+            kind = self._missing(suite, training, pending)
+            if kind is not None:
+                pending |= {suite, training} if kind == "suite" else {training}
+                todo.append((kind, overrides, suite, training))
+        if workers <= 1 or len(todo) <= 1:
+            return
+        import multiprocessing
+
+        self._start(self._key("start", "", []))
+        workers = min(workers, len(todo))
+        self.say(f"calibrating {len(todo)} cells, {workers} at a time ({STEPS} steps each, the evaluation suite "
+                 "once per suite; kept in calibration.json as each ends)")
+        started = time.perf_counter()
+        tasks = [(i, kind, overrides, seeds) for i, (kind, overrides, *_) in enumerate(todo)]
+        # Ctrl-C reaches this process alone (the workers ignore it); leaving the pool terminates the workers
+        with multiprocessing.get_context("spawn").Pool(workers, initializer=_ignore_interrupts) as pool:
+            for n, (i, measured) in enumerate(pool.imap_unordered(_timed_task, tasks), 1):
+                kind, overrides, suite, training = todo[i]
+                self._keep(kind, suite, training, measured)
+                self.say(f"  [{n}/{len(todo)}] {WHAT[kind]} in {measured['measured_s']:.0f} s: "
+                         f"{self._shown(overrides, seeds)}")
+        self.say(f"calibrated {len(todo)} cells in {hms(time.perf_counter() - started)}")
+
+    def _start(self, start: str) -> None:
         if start not in self.known:
             self.say("calibrating (a process's start): normbench train model=mlp max_steps=1")
             self.known[start] = {"start_s": measure_start(self.start_runs)}
-        if suite not in self.known:
-            full = self._measure(f"{STEPS} steps and the evaluation", measure, overrides, seeds)
-            self.known[suite] = {"suite_s": full["suite_s"], "measured_s": full["measured_s"]}
-            self.known.setdefault(training, {**full, "suite_s": 0.0})
-        elif training not in self.known:
-            self.known[training] = self._measure(f"{STEPS} steps", measure_training, overrides, seeds)
-        if len(self.known) > known and self.path is not None:
+            self._save()
+
+    def _missing(self, suite: str, training: str, pending: set = frozenset()) -> str | None:
+        """What a job with these keys still needs measured: "suite" (its training comes with it), "training",
+        or None (`pending`: keys an earlier job of a prefetch will measure)."""
+        if suite not in self.known and suite not in pending:
+            return "suite"
+        if training not in self.known and training not in pending:
+            return "training"
+        return None
+
+    def _keep(self, kind: str, suite: str, training: str, measured: dict) -> None:
+        if kind == "suite":  # a training measured before (another suite's cell) is kept, as get() kept it
+            self.known[suite] = {"suite_s": measured["suite_s"], "measured_s": measured["measured_s"]}
+            self.known.setdefault(training, {**measured, "suite_s": 0.0})
+        else:
+            self.known[training] = measured
+        self._save()
+
+    def _save(self) -> None:
+        if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(json.dumps(self.known, indent=1))
-        return self._calibration(training, suite, start)
 
     @staticmethod
     def _key(kind: str, what, seeds: list[int]) -> str:
         return json.dumps([kind, what if isinstance(what, str) else list(what), list(seeds), FORMAT])
 
-    def _measure(self, what: str, how, overrides: list[str], seeds: list[int]) -> dict:
+    @staticmethod
+    def _shown(overrides: list[str], seeds: list[int]) -> str:
         shown = [o for o in overrides if not o.startswith(("max_steps=", "threads=", "progress=", "tensorboard="))]
-        self.say(f"calibrating ({what}): {' '.join(shown)} pack.seeds=[{','.join(map(str, seeds))}]")
-        started = time.perf_counter()
-        return asdict(how(overrides, seeds)) | {"measured_s": time.perf_counter() - started}
+        return f"{' '.join(shown)} pack.seeds=[{','.join(map(str, seeds))}]"
 
     def _calibration(self, training: str, suite: str, start: str) -> Calibration:
         fields = {k: v for k, v in self.known[training].items() if k in Calibration.__dataclass_fields__}

@@ -212,6 +212,16 @@ class Rounds:
         claims = [c for s in self.studies for c in self.claims[s.name] if open_keys is None or c.key in open_keys]
         return [j for j in jobs if j.reads(claims)]
 
+    def calibrate(self) -> None:
+        """Measure every cell's calibration the plan reads (each signature's first job, at round 1's seeds),
+        jobs= at a time; on SLURM one at a time, on the machine the study command runs on."""
+        cells: dict[str, list[str]] = {}
+        for j in self.universe():
+            if j.since <= len(self.proto.looks):
+                cells.setdefault(signature(list(j.overrides)), list(j.overrides))
+        self.calibrations.prefetch(list(cells.values()), list(protocols.round_seeds(self.proto, 0)),
+                                   1 if self.slurm else self.workers)
+
     def estimate(self, job: joblist.Job, seeds) -> float:
         """Seconds for `job` at `seeds`: its cell's calibration (its training, and its suite's cost; at round
         1's seeds), scaled by the members (seeds x lrs)."""
