@@ -11,9 +11,6 @@ class UserError(ValueError):
         self.what, self.fix = what, fix
         super().__init__(f"{what}; {fix}" if fix else what)
 
-    def __reduce__(self):  # raised in a worker process (a study's calibrations), it arrives whole
-        return type(self), (self.what, self.fix)
-
 
 class TasksFailed(RuntimeError):
     """Tasks of a cluster sweep that did not complete, after every task of the sweep has ended:

@@ -66,9 +66,9 @@ def test_study_settings_fail_in_one_line():
 
 
 def test_ctrl_c_while_calibrating_is_one_line_that_says_what_is_kept(tmp_path, monkeypatch, capsys):
-    """Ctrl-C during the plan's calibrations (a KeyboardInterrupt out of plan, as the terminal's SIGINT raises
-    it in the study's process; its calibration workers ignore SIGINT and are terminated): exit 130, one line
-    on stderr naming calibration.json and how to go on, no traceback."""
+    """Ctrl-C during the plan (a KeyboardInterrupt out of plan, as the terminal's SIGINT raises it in the
+    study's process): exit 130, one line on stderr naming calibration.json and how to go on, no traceback.
+    The real signal, with calibration workers running: the test after the toy study's."""
     def interrupted(study, say=print):
         raise KeyboardInterrupt
 
@@ -371,6 +371,57 @@ def test_the_reproduce_at_its_quick_size_runs_every_study_through_the_protocol(t
     for c in primary:
         assert c["look"] == 1 and c["n"] == 3, c
     print(r.stdout[-2000:])
+
+
+@pytest.mark.slow
+@requires_real_data
+@pytest.mark.timeout(300)
+def test_ctrl_c_while_calibrating_side_by_side_stops_the_workers_in_one_line(tmp_path):
+    """Ctrl-C on `normbench study` while its calibrations run 2 at a time (SIGINT to its process group, as a
+    terminal sends it): the workers ignore it and the study stops them; it exits 130 with one line on stderr
+    (no worker's traceback), no process of its group is left, and calibration.json is whole (the process's
+    start, measured before the workers began, is kept)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import CHILD_ENV
+
+    out = tmp_path / "study"
+    proc = subprocess.Popen([sys.executable, "-m", "normbench", "study", "ghost_batch", "scale=laptop", "--plan",
+                             "jobs=2", f"out={out}"], cwd=tmp_path, env={**CHILD_ENV, "PYTHONUNBUFFERED": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal's
+    try:
+        said = []
+        for line in proc.stdout:
+            said.append(line)
+            if line.startswith("calibrating ") and "at a time" in line:
+                break
+        assert said and "2 at a time" in said[-1], "".join(said)
+        time.sleep(3)  # the workers have started and are importing or training
+        os.killpg(proc.pid, signal.SIGINT)
+        rest, err = proc.communicate(timeout=60)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)  # a process of its group (a worker) is still there
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("a process of the study's group outlived it")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 130, "".join(said) + rest + err
+    assert err.count("\n") == 1 and err.startswith("normbench: interrupted while planning: the calibrations "
+                                                   "finished so far are kept"), err
+    kept = json.loads((out / "calibration.json").read_text())
+    assert any(json.loads(k)[0] == "start" for k in kept), kept
 
 
 @pytest.mark.slow

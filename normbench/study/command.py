@@ -183,9 +183,10 @@ def _on_slurm(params: dict) -> dict:
 def by_study(state) -> str | None:
     """The closing line: each study's process time against the plan's estimate, as the record's table has it
     (measured / planned); None before any job has finished."""
-    rows = [f"{name} {hms(row['seconds'])} (plan ~{hms(row['planned'])}: measured / planned "
-            f"{row['seconds'] / row['planned']:.2f})"
-            for name, row in state.per_study().items() if row["seconds"] > 0 and row["planned"] > 0]
+    rows = [f"{name} {hms(row['seconds'])} " + (f"(plan ~{hms(row['planned'])}: measured / planned "
+                                                  f"{row['seconds'] / row['planned']:.2f})" if row["planned"] else
+                                                  "(not in the plan)")
+            for name, row in state.per_study().items() if row["seconds"] > 0]
     return ("process time by study, against the plan's estimate (jobs ran side by side): " + "; ".join(rows)
             if rows else None)
 

@@ -8,8 +8,8 @@ A job's time has two parts that scale apart (as bench section `eval` projects th
 the seconds a step, evaluation is one validation pass an epoch (or cfg.validations in all) plus one test
 suite that does not depend on how long the model trained. Both are measured on the job's own pack (the
 round's seeds x its lrs, packed or not as `pack.mode=auto` decides); only the step count is the full
-budget's. A study measures its cells `jobs=` at a time (`Calibrations.prefetch`: each in a process of its
-own, one torch thread, side by side as its jobs will train); `get` measures a missing one in this process:
+budget's. A study measures its cells `jobs=` at a time (`Calibrations.prefetch`: in worker processes, one
+torch thread each, side by side as its jobs will train); `get` measures a missing one in this process:
 
 - **each cell's training** (`measure_training`): STEPS steps and the validation pass after them, without
   the test suite. Every job whose overrides differ in more than cost-neutral keys (COST_NEUTRAL: its lr, its
@@ -33,6 +33,7 @@ import json
 import statistics
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -246,22 +247,24 @@ def timed(kind: str, overrides: list[str], seeds: list[int]) -> dict:
     return asdict(how(overrides, seeds)) | {"measured_s": time.perf_counter() - started}
 
 
-def _timed_task(task: tuple[int, str, list[str], list[int]]) -> tuple[int, dict]:
-    """A worker's calibration: (its index in the prefetch, `timed`'s measurement of the rest)."""
-    i, *what = task
-    return i, timed(*what)
-
-
-def _ignore_interrupts() -> None:
+@contextmanager
+def _interrupts_ignored():
+    """SIGINT ignored while worker processes start: a child inherits the ignored signal through exec, so
+    Ctrl-C reaches the study's process alone (which stops them), never a worker's traceback."""
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 # Bumped when what a calibration measures changes, so a kept calibration.json is measured again: 2 since
 # members with their own data train as one computation (a per-seed pack was one group a seed before).
 FORMAT = 6  # 3: a variable-length design evaluates its own question's passes only; 4: cfg.validations kept;
-# 5: each cell's training, the suite per suite_key, and the process's start; 6: the start a median of 3
+# 5: each cell's training, the suite per suite_key, and the process's start; 6: the start a median of 3.
+# Measuring side by side (prefetch) did not bump it: a kept file's cells measured alone are kept (estimates).
 
 
 class Calibrations:
@@ -282,39 +285,51 @@ class Calibrations:
         self._start(start)
         if (kind := self._missing(suite, training)) is not None:
             self.say(f"calibrating ({WHAT[kind]}): {self._shown(overrides, seeds)}")
-            self._keep(kind, suite, training, timed(kind, overrides, seeds))
+            owns = training not in self.known  # a suite's cell measured before keeps its own training
+            self._keep(kind, suite, training, timed(kind, overrides, seeds), owns)
         return self._calibration(training, suite, start)
 
     def prefetch(self, jobs: list[list[str]], seeds: list[int], workers: int) -> None:
-        """Measure what `get` would for each of `jobs` (its overrides) at `seeds`, `workers` at a time, each in
-        a process of its own with the job's threads (one, as the study's jobs train side by side): the same
-        measurements `get` makes one after another, in its order; each is kept as it ends, so stopping keeps
-        those finished. One worker: nothing here (`get` measures each as the plan needs it)."""
+        """Measure what `get` would for each of `jobs` (its overrides) at `seeds`, `workers` at a time in worker
+        processes, each calibration with its job's threads (one, as the study's jobs train side by side): the
+        same measurements `get` makes one after another, kept as it keeps them, each as it ends, so stopping
+        keeps those finished. One worker: nothing here (`get` measures each as the plan needs it)."""
         todo, pending = [], set()
         for overrides in jobs:
             suite, training = (self._key("suite", suite_key(overrides), seeds),
                                self._key("training", signature(overrides), seeds))
             kind = self._missing(suite, training, pending)
-            if kind is not None:
+            if kind is not None:  # owns: its measurement is the training's (as get() would keep it)
+                todo.append((kind, overrides, suite, training, training not in self.known and training not in pending))
                 pending |= {suite, training} if kind == "suite" else {training}
-                todo.append((kind, overrides, suite, training))
         if workers <= 1 or len(todo) <= 1:
             return
         import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
 
         self._start(self._key("start", "", []))
         workers = min(workers, len(todo))
         self.say(f"calibrating {len(todo)} cells, {workers} at a time ({STEPS} steps each, the evaluation suite "
                  "once per suite; kept in calibration.json as each ends)")
         started = time.perf_counter()
-        tasks = [(i, kind, overrides, seeds) for i, (kind, overrides, *_) in enumerate(todo)]
-        # Ctrl-C reaches this process alone (the workers ignore it); leaving the pool terminates the workers
-        with multiprocessing.get_context("spawn").Pool(workers, initializer=_ignore_interrupts) as pool:
-            for n, (i, measured) in enumerate(pool.imap_unordered(_timed_task, tasks), 1):
-                kind, overrides, suite, training = todo[i]
-                self._keep(kind, suite, training, measured)
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            with _interrupts_ignored():  # the workers start with the first submissions
+                futures = {pool.submit(timed, kind, overrides, seeds): i
+                           for i, (kind, overrides, *_) in enumerate(todo)}
+            for n, future in enumerate(as_completed(futures), 1):  # a worker that dies: BrokenProcessPool
+                kind, overrides, suite, training, owns = todo[futures[future]]
+                measured = future.result()
+                self._keep(kind, suite, training, measured, owns)
                 self.say(f"  [{n}/{len(todo)}] {WHAT[kind]} in {measured['measured_s']:.0f} s: "
                          f"{self._shown(overrides, seeds)}")
+        except BaseException:  # Ctrl-C, or a job that does not compose: no other calibration, none finishing
+            pool.shutdown(wait=False, cancel_futures=True)
+            for child in multiprocessing.active_children():  # the pool's workers: nothing of theirs to keep
+                child.terminate()
+            raise
+        finally:
+            pool.shutdown()
         self.say(f"calibrated {len(todo)} cells in {hms(time.perf_counter() - started)}")
 
     def _start(self, start: str) -> None:
@@ -332,18 +347,23 @@ class Calibrations:
             return "training"
         return None
 
-    def _keep(self, kind: str, suite: str, training: str, measured: dict) -> None:
-        if kind == "suite":  # a training measured before (another suite's cell) is kept, as get() kept it
+    def _keep(self, kind: str, suite: str, training: str, measured: dict, owns: bool = True) -> None:
+        """Keep a measurement (`owns`: it is its training's, else a training measured before stays, as get()
+        keeps it), and save them all."""
+        if kind == "suite":
             self.known[suite] = {"suite_s": measured["suite_s"], "measured_s": measured["measured_s"]}
-            self.known.setdefault(training, {**measured, "suite_s": 0.0})
-        else:
+            measured = {**measured, "suite_s": 0.0}
+        if owns or training not in self.known:
             self.known[training] = measured
         self._save()
 
     def _save(self) -> None:
+        """calibration.json, written whole or not at all (Ctrl-C may come at any time)."""
+        from normbench.results import atomic_write_text
+
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps(self.known, indent=1))
+            atomic_write_text(self.path, json.dumps(self.known, indent=1))
 
     @staticmethod
     def _key(kind: str, what, seeds: list[int]) -> str:

@@ -217,8 +217,7 @@ class Rounds:
         jobs= at a time; on SLURM one at a time, on the machine the study command runs on."""
         cells: dict[str, list[str]] = {}
         for j in self.universe():
-            if j.since <= len(self.proto.looks):
-                cells.setdefault(signature(list(j.overrides)), list(j.overrides))
+            cells.setdefault(signature(list(j.overrides)), list(j.overrides))
         self.calibrations.prefetch(list(cells.values()), list(protocols.round_seeds(self.proto, 0)),
                                    1 if self.slurm else self.workers)
 
