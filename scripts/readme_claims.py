@@ -545,6 +545,15 @@ def _markdown_differences(path: Path, summary) -> list[str]:
     return out
 
 
+def _located(key: str, value):
+    """A claim's field as compared: its diverged runs (at_chance) by where each sits in its study,
+    r<round>/<job>/<member>, not by the folder the summary read (outputs/reproduce/<study>/... checked in,
+    docs/results/<study>/runs.jsonl.gz/... summarized again)."""
+    if key == "at_chance" and isinstance(value, list):
+        return [Path(run).parts[-3:] for run in value]
+    return value
+
+
 def _json_differences(path: Path, summary) -> list[str]:
     """Where summary.json's claims and protocol (`path`) are not `summary`'s: every field it has."""
     from normbench.summary.show import report
@@ -571,7 +580,7 @@ def _json_differences(path: Path, summary) -> list[str]:
             out.append(f"{where}: {c['study']} · {c['name']!r} is not recomputed")
             continue
         out += [f"{where}: {c['study']} · {c['name']!r}: {k} {v!r} checked in, {again.get(k, '(none)')!r} recomputed"
-                for k, v in c.items() if not _same(v, again.get(k))]
+                for k, v in c.items() if not _same(_located(k, v), _located(k, again.get(k)))]
     out += [f"{where}: {study} · {name!r} is recomputed, not checked in" for study, name in by_key]
     return out
 

@@ -182,16 +182,23 @@ def test_resuming_the_toy_under_another_family_is_refused_in_one_line(toy, tmp_p
 
 def test_a_summary_of_a_study_folder_tests_the_family_it_froze(tmp_path):
     """Reference: docs/protocol.md, the family frozen at the start. The protocol a summary of a study folder
-    tests with is its study.json's members, not today's primary claims (the checked-in record's 21, of which
-    today's experiments keep 9 as primary), with its pinned numbers; a folder from before families were
-    frozen keeps the declared family."""
+    tests with is its study.json's members with its pinned numbers (the checked-in record froze today's 13,
+    with seeds from 1000 and the widening limit 4), not today's: the same study.json with a family of 2 and
+    other numbers tests those; a folder from before families were frozen keeps the declared family."""
     results = REPO / "docs" / "results"  # the checkout's: an installed package has no docs/ beside it
     record = frozen.recorded_protocol(results, protocols.load())
-    stored = json.loads((results / "study.json").read_text())["family"]
-    assert len(record.family) == 21 and set(record.family) == {(c["study"], c["name"]) for c in stored["claims"]}
-    assert record.widen_limit == 2 and record.seed_base == 0  # as the record pinned them
+    state = json.loads((results / "study.json").read_text())
+    stored = state["family"]
+    assert len(record.family) == 13 and set(record.family) == {(c["study"], c["name"]) for c in stored["claims"]}
+    assert record.widen_limit == 4 and record.seed_base == 1000  # as the record pinned them
     today = protocols.load()
-    assert len(set(record.family) & set(today.family)) < len(today.family)  # a claim renamed or added since
+    assert set(record.family) == set(today.family)
+    fewer = {**state, "protocol": {**state["protocol"], "widen_limit": 2, "seed_base": 0},
+             "family": {**stored, "claims": stored["claims"][:2]}}
+    (tmp_path / "study.json").write_text(json.dumps(fewer))
+    two = frozen.recorded_protocol(tmp_path, today)
+    assert two.family == tuple((c["study"], c["name"]) for c in stored["claims"][:2])
+    assert two.widen_limit == 2 and two.seed_base == 0  # the folder's numbers, not protocol.yaml's
     (tmp_path / "study.json").write_text(json.dumps({"protocol": {"alpha": 0.05, "looks": [3, 5, 10],
                                                                   "spending": "obrien_fleming", "widen_limit": 2}}))
     assert frozen.recorded_protocol(tmp_path, today).family == today.family
