@@ -546,11 +546,11 @@ def _markdown_differences(path: Path, summary) -> list[str]:
 
 
 def _located(key: str, value):
-    """A claim's field as compared: its diverged runs (at_chance) by where each sits in its study,
-    r<round>/<job>/<member>, not by the folder the summary read (outputs/reproduce/<study>/... checked in,
+    """A claim's field as compared: its diverged runs (at_chance), in any order, by where each sits,
+    <study>/r<round>/<job>/<member>, not by the folder the summary read (outputs/reproduce/<study>/... checked in,
     docs/results/<study>/runs.jsonl.gz/... summarized again)."""
     if key == "at_chance" and isinstance(value, list):
-        return [Path(run).parts[-3:] for run in value]
+        return sorted(tuple(part for part in Path(run).parts if part != RUNS)[-4:] for run in value)
     return value
 
 
@@ -564,7 +564,7 @@ def _json_differences(path: Path, summary) -> list[str]:
     out = []
     for k, v in old["protocol"].items():
         again = new["protocol"].get(k)
-        if k == "family":  # a set of 21 claims, in whatever order: say which differ
+        if k == "family":  # a set of claims, in whatever order: say which differ
             if _same(sorted(map(tuple, v)), sorted(map(tuple, again or []))):
                 continue
             gone = [f"{s} · {n}" for s, n in v if [s, n] not in (again or [])]

@@ -192,7 +192,6 @@ def test_a_summary_of_a_study_folder_tests_the_family_it_froze(tmp_path):
     assert len(record.family) == 13 and set(record.family) == {(c["study"], c["name"]) for c in stored["claims"]}
     assert record.widen_limit == 4 and record.seed_base == 1000  # as the record pinned them
     today = protocols.load()
-    assert set(record.family) == set(today.family)
     fewer = {**state, "protocol": {**state["protocol"], "widen_limit": 2, "seed_base": 0},
              "family": {**stored, "claims": stored["claims"][:2]}}
     (tmp_path / "study.json").write_text(json.dumps(fewer))

@@ -2,6 +2,7 @@
 (its pack's .hydra/overrides.yaml), so summarizing the runs files gives the checked-in summaries again
 (scripts/readme_claims.py --check)."""
 
+import json
 import subprocess
 import sys
 
@@ -68,17 +69,33 @@ def test_a_runs_file_without_command_lines_fails_the_check(tmp_path):
     assert readme_claims._markdown_differences(study / "summary.md", again) == []
 
 
-def test_a_diverged_run_is_compared_by_where_it_sits_in_its_study_not_by_the_folder_read():
+def test_a_diverged_run_is_compared_by_where_it_sits_in_its_study_not_by_the_folder_read(tmp_path):
     """Reference: summary.json's at_chance (the diverged runs a claim scored at chance) as the study's own
     summary wrote it (outputs/reproduce/<study>/...) and as summarizing the runs file gives it again
-    (docs/results/<study>/runs.jsonl.gz/...): the same run, r<round>/<job>/<member>; another run differs."""
+    (docs/results/<study>/runs.jsonl.gz/...): the same runs in another order are the same; another run, or
+    the same run in another study, is a difference the check reports."""
     sys.path.insert(0, str(REPO / "scripts"))
     import readme_claims
+    from normbench.summary.summarize import compute
 
-    ran = ["outputs/reproduce/lr_sensitivity/r1/none-0/lr=0.3,seed=1000"]
-    again = ["/home/u/normbench/docs/results/lr_sensitivity/runs.jsonl.gz/r1/none-0/lr=0.3,seed=1000"]
-    other = ["/home/u/normbench/docs/results/lr_sensitivity/runs.jsonl.gz/r1/none-0/lr=0.3,seed=1001"]
-    assert readme_claims._same(readme_claims._located("at_chance", ran), readme_claims._located("at_chance", again))
-    assert not readme_claims._same(readme_claims._located("at_chance", ran),
-                                   readme_claims._located("at_chance", other))
-    assert readme_claims._located("estimate", ran) == ran  # every other field as it is
+    summary = compute(RESULTS / "lr_sensitivity" / "runs.jsonl.gz", select=readme_claims.SELECT)
+    checked = json.loads((RESULTS / "summary.json").read_text())
+    claim = next(c for c in checked["claims"] if c.get("at_chance"))  # pre-LN against no norm: one diverged run
+    study = claim["study"]
+    assert study == "lr_sensitivity" and claim["at_chance"][0].startswith(f"outputs/reproduce/{study}/r1/")
+    mine = {"protocol": checked["protocol"], "claims": [claim]}
+    path = tmp_path / "summary.json"
+
+    def differences(at_chance):
+        path.write_text(json.dumps({**mine, "claims": [{**claim, "at_chance": at_chance}]}))
+        return [d for d in readme_claims._json_differences(path, summary)
+                if "at_chance" in d and claim["name"] in d]
+
+    assert differences(claim["at_chance"]) == []
+    moved = [claim["at_chance"][0].replace("seed=1000", "seed=1001")]
+    assert differences(moved), "another run must be reported"
+    elsewhere = [claim["at_chance"][0].replace(f"/{study}/", "/converged/")]
+    assert differences(elsewhere), "the same run in another study must be reported"
+    two = ["outputs/reproduce/a/r1/j/m1", "outputs/reproduce/a/r1/j/m2"]
+    assert readme_claims._located("at_chance", two) == readme_claims._located("at_chance", two[::-1])
+    assert readme_claims._located("estimate", two) == two  # every other field as it is
