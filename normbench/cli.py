@@ -22,6 +22,7 @@ from pathlib import Path
 from normbench.configs import store_configs
 from normbench.errors import TasksFailed, UserError
 from normbench.train import interrupts
+from normbench.userfiles import environmental
 
 USAGE = """\
 usage: normbench <command> [args]
@@ -177,7 +178,7 @@ def _run_task(dict_cfg, task: _Task, debug: bool) -> None:
             task.error = e
             return
         # A sweep goes on with its other runs; each failure is said once, here.
-        user = isinstance(e, UserError)
+        user = isinstance(e, UserError) or environmental(e) is not None
         if not user or debug:
             traceback.print_exception(e)
         print(f"normbench: error: run {hc.job.num} ({hc.runtime.output_dir}) failed: {e}", file=sys.stderr)
@@ -228,6 +229,8 @@ def _exit_status(e: BaseException, task: _Task, overrides: list[str], debug: boo
 
     if isinstance(e, UserError):
         return _fail(e, debug)
+    if (machine := environmental(e)) is not None:  # a full disk, a read-only folder: before or while training
+        return _fail(machine, debug) if task.started else _run_dir_error(e, debug)
     if isinstance(e, JobFailed):
         print(f"normbench: error: {e.message}", file=sys.stderr)
         return e.code
@@ -297,6 +300,10 @@ def main(argv: list[str] | None = None) -> int:
             return command_main(rest)
         except UserError as e:
             return _fail(e, False)
+        except OSError as e:
+            if (machine := environmental(e)) is None:
+                raise
+            return _fail(machine, False)
     print(f"normbench: error: unknown command {command!r}; choose train, norms, summarize, bench or study "
           "(see normbench --help)", file=sys.stderr)
     return 2

@@ -10,6 +10,7 @@ epochs_done, history, config, versions, git_sha, plus regime-specific extras.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import subprocess
@@ -88,12 +89,48 @@ def write_results(run_dir: Path, results: dict[str, Any]) -> Path:
 
 
 def read_results(path: Path) -> dict[str, Any]:
-    """Parse one results.json; raises ValueError when it is unreadable or lacks the contract fields."""
+    """Parse one results.json; raises ValueError when it is unreadable or breaks the contract (`problem`)."""
     try:
         res = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: unreadable ({e})") from None
-    missing = [k for k in ("status", "config") if k not in res]
-    if missing:
-        raise ValueError(f"{path}: missing {', '.join(missing)}")
+    except (OSError, ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"{path}: unreadable ({type(e).__name__})") from None
+    if why := problem(res):
+        raise ValueError(f"{path}: {why}")
     return res
+
+
+COUNTS = ("steps", "epochs_done", "diverged_step")  # whole numbers >= 0 where given
+SECONDS = ("wall_s", "train_s", "eval_s")  # durations >= 0 where given
+
+
+def problem(res: Any) -> str | None:
+    """Why `res` is not a results.json normbench could have written (a shared runs file is data from anyone),
+    or None: status one of STATUSES, config a mapping, history a list of epochs, every accuracy (a key with
+    "acc" in its name, or a mapping of them, by length) None, NaN (missing) or a fraction in [0, 1], counts whole and
+    durations finite, both >= 0."""
+    if not isinstance(res, dict):
+        return "not a JSON object"
+    if missing := [k for k in ("status", "config") if k not in res]:
+        return f"missing {', '.join(missing)}"
+    if res["status"] not in STATUSES:
+        return f"status {str(res['status'])[:40]!r} is none of {', '.join(STATUSES)}"
+    if not isinstance(res["config"], dict):
+        return "config is not a mapping"
+    history = res.get("history")
+    if history is not None and not (isinstance(history, list) and all(isinstance(e, dict) for e in history)):
+        return "history is not a list of epochs"
+    for key, value in res.items():
+        if "acc" not in key:
+            continue
+        for v in value.values() if isinstance(value, dict) else [value]:
+            if v is not None and (not _number(v) or not (0 <= v <= 1 or math.isnan(v))):  # NaN: missing
+                return f"{key} {str(v)[:40]} is not an accuracy in [0, 1]"
+    for key in COUNTS + SECONDS:
+        v = res.get(key)
+        if v is not None and (not _number(v) or not 0 <= v < math.inf or (key in COUNTS and v != int(v))):
+            return f"{key} {str(v)[:40]} is not a {'count' if key in COUNTS else 'duration'} >= 0"
+    return None
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -95,7 +95,7 @@ def test_the_record_is_one_runs_file_per_study():
     (gzip.compress(b'{"path": "a", "results": {}}\n{not json\n'), "is not a runs file"),
     (gzip.compress(b'{"results": {"status": "completed"}}\n'), "line 1: not a run"),
     (gzip.compress(b'{"path": "../elsewhere"}\n'), "line 1: not a run"),
-])
+], ids=["not-gzip", "bad-json", "no-path", "path-outside"])  # not the bytes: gzip's header holds the time
 def test_a_file_that_is_not_a_runs_file_is_one_line(tmp_path, content, what):
     """Reference: normbench's one-line user errors (normbench/errors.py): a file that is not gzip'd JSON
     Lines of runs, a missing path, a --save-runs name a folder's runs files do not have, or one inside the

@@ -71,7 +71,7 @@ def _under(text: str, key: str, line: str) -> str:
     (lambda t: t.replace("  - model=mlp\n", "  - model mlp\n"), "experiment must be a list of key=value"),
     (lambda t: t[:t.index("claims:")], "no claims"),
     (lambda t: _under(t, "sweeps:", "  a: norm=ln"), "sweep 'a' must be a list of key=value"),
-    (lambda t: _under(t, "sweeps:", "  high-lr: [norm=ln]"), "sweep name 'high-lr' holds '/' or '-lr'"),
+    (lambda t: _under(t, "sweeps:", "  high-lr: [norm=ln]"), "sweep name 'high-lr' is not a folder name, or holds '-lr'"),
     (lambda t: _under(t, "scales:", "  tiny: [epochs=1]"), "`scales:` must map scale names to mappings"),
 ])
 def test_a_broken_study_file_is_one_line(tmp_path, change, message):

@@ -92,11 +92,16 @@ def _builder(obj: Callable, options: dict[str, Any]) -> Callable[..., nn.Module]
     told_layout = "layout" in inspect.signature(obj).parameters
 
     def build(num_features: int, layout: str, **kwargs) -> nn.Module:
-        module = obj(num_features, **kwargs, **({"layout": layout} if told_layout else {}))
+        try:
+            module = obj(num_features, **kwargs, **({"layout": layout} if told_layout else {}))
+        except Exception as e:  # the user's constructor: its error is theirs to fix, said in one line
+            raise UserError(f"{_named(obj)}({num_features}{''.join(f', {k}={v!r}' for k, v in kwargs.items())}) "
+                            f"raised {type(e).__name__}: {' '.join(str(e).split())[:300]}", _CHECK) from None
         if not isinstance(module, nn.Module):
             raise UserError(f"{getattr(obj, '__name__', obj)}({num_features}) returned {type(module).__name__}, "
                             "not an nn.Module", "return a module from the norm's class or factory")
         forward = inspect.signature(module.forward).parameters
+        module.register_forward_hook(_same_shape)  # the models' contract: a norm keeps its input's shape
         return module if len(forward) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in forward.values()) \
             else _TensorOnly(module)
 
@@ -106,6 +111,20 @@ def _builder(obj: Callable, options: dict[str, Any]) -> Callable[..., nn.Module]
          inspect.Parameter("layout", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
         + [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in options.items()])
     return build
+
+
+_CHECK = "fix the norm: `normbench norms check MODULE:NAME` runs the catalog's contract on it"
+
+
+def _named(obj) -> str:
+    return getattr(obj, "__qualname__", getattr(obj, "__name__", repr(obj)))
+
+
+def _same_shape(module: nn.Module, args: tuple, out) -> None:
+    """A user's norm returned another shape than its input's: one line, not the model's error further on."""
+    if args and hasattr(out, "shape") and out.shape != args[0].shape:
+        raise UserError(f"the norm {_named(type(module))} turned a {tuple(args[0].shape)} input into "
+                        f"{tuple(out.shape)}", _CHECK)
 
 
 def spec_of(name: str, target: str, obj: Callable) -> NormSpec:

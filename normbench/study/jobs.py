@@ -11,12 +11,14 @@ at every later round its cell is still read.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from normbench.errors import UserError
 from normbench.study import spec
 from normbench.summary import frozen
 
@@ -76,6 +78,32 @@ def study_jobs(study: spec.Study, scale: str, widened: list[dict] = ()) -> list[
             out.append(Job(study.name, base.sweep, f"{base.name}-lr{w['lr']:g}", overrides, _flat(overrides),
                            int(w["round"])))
     return out
+
+
+def check(jobs: list[Job], claims) -> None:
+    """A UserError, before anything trains, where two of a study's jobs train the same runs (two sweeps
+    that overlap: each seed's run twice, which no claim can read) or a claim reads a cell that no job
+    trains (it could never be decided)."""
+    from normbench.summary.verdicts import _picks
+
+    seen: dict[tuple, Job] = {}
+    for j in jobs:
+        same = json.dumps({k: v for k, v in j.config.items() if k not in RUNTIME + ("lr",)}, sort_keys=True,
+                          default=str)
+        for lr in j.config.get("pack.lrs") or [j.config.get("lr")]:  # a pack: a run per lr
+            first = seen.setdefault((j.study, same, lr), j)
+            if first is not j:
+                raise UserError(f"study {j.study}: jobs {first.name} and {j.name} both train lr={lr} of "
+                                f"{' '.join(j.overrides)}", "make each sweep train runs of its own: drop the "
+                                "overlapping values from one of them")
+    for c in claims:
+        mine = [j for j in jobs if c.study in ("", j.study_experiment)]
+        for sel in c.selectors():
+            if not any(_picks(sel, j.config) for j in mine):
+                shown = ", ".join(f"{k}: {v}" for k, v in sel.items())
+                raise UserError(f"claim {c.name!r} reads a cell no sweep trains ({{{shown}}})",
+                                "add a sweep that trains it, or fix the claim's selector (config keys as "
+                                "`normbench train --cfg job` prints them)")
 
 
 def directory(job: Job, round_index: int, out: Path) -> Path:

@@ -194,6 +194,7 @@ class Rounds:
                     raise UserError(f"{self.out}: job {j.study}/{j.name} trained as {' '.join(trained)}; the study's "
                                     f"plan now makes it {' '.join(j.overrides)}",
                                     "resume it with the plan it started with, or choose another out=")
+            joblist.check(jobs, [c for s in self.studies for c in self.claims[s.name]])
             stray = sorted(set(self.state.jobs) - {f"{j.study}/{j.name}" for j in jobs})  # State.open: same studies
             if stray:  # trained under another plan: a cell trained twice per seed (runtime keys aside), whose
                 # seeds a claim would drop as ambiguous

@@ -21,12 +21,14 @@ rounds: from 1000, apart from a pilot's 0-9).
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from normbench.errors import UserError
+from normbench.userfiles import MAX_COUNT, load_yaml, safe_name
 
 STUDIES = Path(__file__).resolve().parent / "plans"
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "configs" / "experiment"
@@ -53,9 +55,18 @@ class Study:
         if self.scales and scale not in self.scales:  # no scales declared: the sweeps as written, at any scale
             raise UserError(f"study {self.name} has no scale {scale!r}", f"choose one of: {', '.join(self.scales)} ({where})")
         at = self.scales.get(scale) or {}
+        if unknown := sorted(set(at) - {"overrides", "sweeps", "per_sweep"}):
+            raise UserError(f"study {self.name}, scale {scale}: unknown key(s) {', '.join(map(str, unknown))}",
+                            f"a scale has overrides:, sweeps: and per_sweep: ({where})")
+        if not _overrides(at.get("overrides") or []):
+            raise UserError(f"study {self.name}, scale {scale}: overrides must be a list of key=value overrides",
+                            f"e.g. overrides: [epochs=1] ({where})")
         replaced = at.get("sweeps") or {}
+        if not isinstance(replaced, dict) or not all(v is None or _overrides(v) for v in replaced.values()):
+            raise UserError(f"study {self.name}, scale {scale}: sweeps must map sweep names to override lists "
+                            "(or null)", f"e.g. sweeps: {{{next(iter(self.sweeps))}: [norm=bn]}} ({where})")
         per_sweep = at.get("per_sweep") or {}
-        if not isinstance(per_sweep, dict) or not all(isinstance(v, list) for v in per_sweep.values()):
+        if not isinstance(per_sweep, dict) or not all(_overrides(v) for v in per_sweep.values()):
             raise UserError(f"study {self.name}, scale {scale}: per_sweep must map sweep names to override lists",
                             f"e.g. per_sweep: {{{next(iter(self.sweeps))}: [epochs=5]}} ({where})")
         if unknown := sorted(set(per_sweep) - set(self.sweeps)):
@@ -70,6 +81,11 @@ class Study:
                 out[name] = _last_wins([*shared, *map(str, overrides), *map(str, at.get("overrides") or []),
                                         *map(str, own), *COMMON])
         return out
+
+
+def _overrides(value) -> bool:
+    """Is `value` a list of key=value overrides (or `~key` deletions)?"""
+    return isinstance(value, list) and all(isinstance(o, str) and ("=" in o or o.startswith("~")) for o in value)
 
 
 def _last_wins(overrides: list[str]) -> list[str]:
@@ -109,12 +125,9 @@ FILE_KEYS = ("name", "experiment", "sweeps", "scales", "claims", "protocol")
 
 def load_file(path: Path) -> Study:
     """A study file of your own (the module docstring); a UserError naming the file for what is wrong."""
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"no study file {path}", "give the path of a study file (docs/examples/my_study.yaml)")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})", "fix the file") from None
+    raw = load_yaml(path, "study file")
     if not isinstance(raw, dict) or not isinstance(raw.get("sweeps"), dict) or not raw["sweeps"]:
         raise UserError(f"{path}: a study file needs `sweeps:`, a mapping of sweep names to overrides",
                         "see docs/examples/my_study.yaml")
@@ -129,15 +142,17 @@ def load_file(path: Path) -> Study:
         if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
             raise UserError(f"{path}: sweep {sweep!r} must be a list of key=value overrides",
                             f"e.g. {sweep}: [\"norm=ln,bn\", batch_size=2]")
-        if "/" in str(sweep) or "-lr" in str(sweep):  # a job's folder; '-lr' names a widened job (rounds.py)
-            raise UserError(f"{path}: sweep name {sweep!r} holds '/' or '-lr'", "rename it, e.g. with '_'")
+        if str(sweep) != safe_name(str(sweep)) or "-lr" in str(sweep):  # a job's folder; '-lr' names a widened job
+            raise UserError(f"{path}: sweep name {str(sweep)[:80]!r} is not a folder name, or holds '-lr'",
+                            "name it with letters, digits and =._,+- (not '-lr'), e.g. with '_'")
     scales = raw.get("scales") or {}  # none: the file's sizes are its sizes, at whatever scale= asks
     if not isinstance(scales, dict) or not all(v is None or isinstance(v, dict) for v in scales.values()):
         raise UserError(f"{path}: `scales:` must map scale names to mappings (overrides:, sweeps:, per_sweep:)",
                         "e.g. scales: {quick: {overrides: [epochs=1]}}")
-    name = str(raw.get("name") or path.stem)
-    if "/" in name:
-        raise UserError(f"{path}: the study name {name!r} holds '/'", "name it without '/': it is a folder")
+    name = raw.get("name") or path.stem
+    if not isinstance(name, str) or name != safe_name(name):
+        raise UserError(f"{path}: the study name {str(name)[:80]!r} is not a folder name",
+                        "name it with letters, digits and =._,+- (not starting with '.')")
     sweeps = {k: [str(o) for o in v] for k, v in raw["sweeps"].items()}
     return Study(name, None, sweeps, scales, source=path.resolve(), overrides=tuple(shared))
 
@@ -175,6 +190,10 @@ def jobs(overrides: list[str]) -> list[list[str]]:
         if o.is_delete():
             axes.append([o.input_line])
             continue
-        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
+        values = (list(itertools.islice(o.sweep_string_iterator(), MAX_COUNT + 1)) if o.is_sweep_override()
+                  else [o.get_value_element_as_str()])
         axes.append([f"{o.get_key_element()}={v}" for v in values])
+    if math.prod(map(len, axes)) > MAX_COUNT:
+        raise UserError(f"a sweep of more than {MAX_COUNT:,} jobs ({' '.join(overrides)[:200]})",
+                        "sweep fewer values: a study trains every job at every seed")
     return [list(combo) for combo in itertools.product(*axes)]

@@ -48,6 +48,7 @@ each is reached.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -209,7 +210,7 @@ def parse(raw: Any, source: str, study: str = "", default_role: str = "explorato
                 raise UserError(f"{where}: `{side}` must select runs by config keys",
                                 f"e.g. {side}: {{norm.name: bn, batch_size: 2}}")
             _selector(where, side, sel, known)
-            metrics.append(str(sel.get("metric", item.get("metric", "test_acc"))))
+            metrics.append(sel.get("metric", item.get("metric", "test_acc")))
             if MINUS in sel:
                 minus = sel[MINUS]
                 if not isinstance(minus, dict) or not minus or MINUS in minus or not set(minus) - {"metric"}:
@@ -217,7 +218,10 @@ def parse(raw: Any, source: str, study: str = "", default_role: str = "explorato
                                     "of its own)", f"e.g. {side}: {{norm.name: bn, batch_size: 2, minus: "
                                     "{norm.name: bn, batch_size: 32}}")
                 _selector(where, f"{side}.minus", minus, known)
-                metrics.append(str(minus.get("metric", metrics[-1])))
+                metrics.append(minus.get("metric", metrics[-1]))
+        if not all(isinstance(m, str) and m for m in metrics):
+            raise UserError(f"{where}: a metric must be the name of a number in results.json",
+                            "e.g. metric: test_acc")
         if any(m.count(" - ") > 1 for m in metrics):
             raise UserError(f"{where}: a metric may be one difference \"x - y\" (got {metrics})",
                             "write each side's metric as a number of results.json or x - y")
@@ -228,8 +232,8 @@ def parse(raw: Any, source: str, study: str = "", default_role: str = "explorato
         if expect not in stats.EXPECT:
             raise UserError(f"{where}: expect={expect!r}", f"use one of: {', '.join(stats.EXPECT)}")
         margin = item.get("margin", None if expect == "equivalent" else 0.0)
-        if isinstance(margin, bool) or not isinstance(margin, (int, float)):
-            raise UserError(f"{where}: margin={margin!r} is not a number",
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin):
+            raise UserError(f"{where}: margin={margin!r} is not a number (a finite one)",
                             "give margin in points, e.g. margin: 1.0" + " (an equivalence claim needs one)"
                             * (expect == "equivalent"))
         if expect == "equivalent" and margin <= 0:
@@ -279,17 +283,13 @@ def load_file(path) -> ClaimsFile:
     `protocol:` its family is tested under (protocol.of_claims_file). Its claims are primary unless they
     say `role: exploratory`. A study file (`sweeps:` among its keys) trains its seeds in rounds, so its
     looks default to protocol.yaml's."""
-    import yaml
-
     from normbench.summary import protocol
+    from normbench.userfiles import load_yaml
 
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"--claims {path}: no such file", "give a YAML file with a list of claims")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise UserError(f"--claims {path}: not valid YAML ({str(e).splitlines()[0]})", "fix the file") from None
+    raw = load_yaml(path, "--claims")
     study = isinstance(raw, dict) and "sweeps" in raw
     if isinstance(raw, dict) and (unknown := sorted(set(raw) - set(FILE_KEYS) - set(STUDY_KEYS if study else ()))):
         raise UserError(f"--claims {path}: unknown key(s) {', '.join(unknown)}",

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import zlib
 from pathlib import Path, PurePosixPath
 
 from normbench.config import Split, flatten
 from normbench.errors import UserError
-from normbench.results import PACK, RESULTS, atomic_write_bytes, read_results
+from normbench.results import PACK, RESULTS, atomic_write_bytes, problem, read_results
 from normbench.summary.types import METRICS, Run
 
 RUNS_FILE = ".jsonl.gz"  # how a runs file's name ends: how a folder's are found
@@ -37,12 +38,13 @@ def _overrides(run_dir: Path) -> list[str]:
     path = run_dir / ".hydra" / "overrides.yaml"
     if not path.exists():
         return []
-    import yaml
+    from normbench.userfiles import load_yaml
 
     try:
-        return [str(o) for o in yaml.safe_load(path.read_text()) or []]
-    except yaml.YAMLError:
+        found = load_yaml(path, "overrides") or []
+    except UserError:
         return []
+    return found if isinstance(found, list) and all(isinstance(o, str) for o in found) else []
 
 
 def find_runs(root: Path) -> list[Run]:
@@ -87,9 +89,30 @@ def _run(path: Path, res: dict, overrides: list[str]) -> Run:
         run.note = res.get("error") or "failed"
     elif run.status == "diverged":
         run.note = f"non-finite loss at step {res.get('diverged_step')}"
-    elif not isinstance(res.get("test_acc"), (int, float)):
+    elif not isinstance(res.get("test_acc"), (int, float)) or math.isnan(res["test_acc"]):
         run.status, run.note = "incomplete", "completed without a test_acc"
     return run
+
+
+def distinct(runs: list[Run]) -> tuple[list[Run], list[Run]]:
+    """(the runs each counted once, the duplicates dropped): a run is its study and its resolved config (seed
+    and budget included), wherever it lies, so a runs file with every line twice, or a sweep copied beside
+    itself, pools nothing twice. The first in path order is kept; each duplicate is marked with the run it
+    repeats (status "duplicate")."""
+    seen: dict[tuple[str, str], Run] = {}
+    kept, dropped = [], []
+    for r in runs:
+        if not r.results:  # incomplete or unreadable: nothing to pool
+            kept.append(r)
+            continue
+        key = (r.study, json.dumps(r.results["config"], sort_keys=True, default=str))
+        if key in seen:
+            r.status, r.note = "duplicate", f"the same run (config and seed) as {seen[key].path}: counted once"
+            dropped.append(r)
+        else:
+            seen[key] = r
+            kept.append(r)
+    return kept, dropped
 
 
 def folder(root: Path) -> Path:
@@ -108,7 +131,9 @@ def read_runs_file(path: Path) -> list[Run]:
                 if line.strip():
                     runs.append(_line_run(path, n, json.loads(line)))
     except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UserError(f"{path} is not a runs file ({e})", NOT_RUNS) from None
+        raise UserError(f"{path} is not a runs file ({' '.join(str(e).split())[:200]})", NOT_RUNS) from None
+    except RecursionError:
+        raise UserError(f"{path} is not a runs file (JSON nested too deeply)", NOT_RUNS) from None
     return runs
 
 
@@ -118,15 +143,16 @@ def _line_run(path: Path, n: int, entry) -> Run:
     if not isinstance(rel, str) or PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
         raise UserError(f"{path}, line {n}: not a run (a JSON object with its folder as a relative \"path\")",
                         NOT_RUNS)
-    where, overrides = path / rel, [str(o) for o in entry.get("overrides") or []]
+    where, overrides = path / rel, entry.get("overrides") or []
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        return Run(where, "unreadable", note=f"{where}: overrides is not a list of key=value strings")
     if "unreadable" in entry:
-        return Run(where, "unreadable", note=str(entry["unreadable"]))
+        return Run(where, "unreadable", note=str(entry["unreadable"])[:400])
     res = entry.get("results")
     if res is None:
         return Run(where, "incomplete", note=INCOMPLETE, overrides=overrides)
-    missing = [k for k in ("status", "config") if k not in res] if isinstance(res, dict) else ["a JSON object"]
-    if missing:  # read_results' check of a results.json
-        return Run(where, "unreadable", note=f"{where / RESULTS}: missing {', '.join(missing)}")
+    if why := problem(res):  # read_results' check of a results.json
+        return Run(where, "unreadable", note=f"{where / RESULTS}: {why}")
     return _run(where, res, overrides)
 
 
@@ -148,7 +174,7 @@ def save_runs(runs: list[Run], root: Path, path: Path) -> Path:
     has its format); find_runs(path) reads them back as they were."""
     check_runs_file(root, path)
     lines = []
-    for r in runs:
+    for r in (r for r in runs if r.status != "duplicate"):  # each run once
         entry: dict = {"path": r.path.relative_to(root).as_posix(), "overrides": r.overrides}
         if r.status == "unreadable":
             entry["unreadable"] = r.note
@@ -178,7 +204,7 @@ def measurements(run: Run) -> list[tuple[str, str, float]]:
                 for length, acc in (res.get("test_acc_by_length_precise_bn_past") or {}).items()]
         out += [("test_acc_background", length, acc)  # background rows after the unchanged image
                 for length, acc in (res.get("test_acc_by_length_background") or {}).items()]
-    return [(m, a, float(v)) for m, a, v in out if isinstance(v, (int, float))]
+    return [(m, a, float(v)) for m, a, v in out if isinstance(v, (int, float)) and not math.isnan(v)]
 
 
 def costs(runs: list[Run]) -> dict[str, dict[str, float]]:

@@ -56,6 +56,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 PATH = CONFIGS / "protocol.yaml"
 EXPERIMENTS = CONFIGS / "experiment"
 SPENDING = ("obrien_fleming", "bonferroni")
+MAX_LOOKS, MAX_PAIRS = 20, 1000  # a protocol's bounds: a study trains every pair of every look
 ROLES = ("primary", "exploratory")
 
 Key = tuple[str, str]  # (study, claim name): a member of the family
@@ -82,9 +83,12 @@ class Protocol:
         if list(self.looks) != sorted(set(self.looks)) or (self.looks and self.looks[0] < 2):
             raise UserError(f"{where}: looks={list(self.looks)} must increase, from 2 pairs or more",
                             "e.g. looks: [3, 5, 10]")
+        if len(self.looks) > MAX_LOOKS or (self.looks and self.looks[-1] > MAX_PAIRS):
+            raise UserError(f"{where}: looks={list(self.looks)[:MAX_LOOKS + 1]} asks for more than {MAX_LOOKS} looks "
+                            f"or {MAX_PAIRS} pairs", "e.g. looks: [3, 5, 10]")
         if not 0 < self.alpha < 1:
             raise UserError(f"{where}: alpha={self.alpha} is not in (0, 1)", "e.g. alpha: 0.05")
-        if isinstance(self.seed_base, bool) or not isinstance(self.seed_base, int) or self.seed_base < 0:
+        if isinstance(self.seed_base, bool) or not isinstance(self.seed_base, int) or not 0 <= self.seed_base < 2**31:
             raise UserError(f"{where}: seed_base={self.seed_base!r} is not a seed", "e.g. seed_base: 1000")
 
     @property
@@ -173,17 +177,26 @@ def shipped_family(experiments: Path = EXPERIMENTS) -> tuple[Key, ...]:
 @lru_cache(maxsize=4)
 def load(path: Path = PATH, experiments: Path = EXPERIMENTS) -> Protocol:
     """The declared protocol: its numbers from protocol.yaml, its family from the experiments' primary claims."""
-    import yaml
+    from normbench.userfiles import load_yaml
 
-    raw = yaml.safe_load(Path(path).read_text()) or {}
+    raw = load_yaml(Path(path), "protocol") or {}
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: a protocol is a mapping (alpha, looks, spending, widen_limit, seed_base)",
+                        "see normbench/configs/protocol.yaml")
     unknown = set(raw) - {"alpha", "looks", "spending", "widen_limit", "seed_base"}
     if unknown:
         raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}",
                         "use alpha, looks, spending, widen_limit, seed_base")
     if not raw.get("looks", (3, 5, 10)):  # a study trains its seeds in rounds: it needs them declared
         raise UserError(f"{path}: looks is empty", "declare the pairs at each look, e.g. looks: [3, 5, 10]")
-    return Protocol(float(raw.get("alpha", 0.05)), tuple(int(n) for n in raw.get("looks", (3, 5, 10))),
-                    str(raw.get("spending", "obrien_fleming")), int(raw.get("widen_limit", 2)),
+    try:
+        alpha, looks = float(raw.get("alpha", 0.05)), tuple(int(n) for n in raw.get("looks", (3, 5, 10)))
+        widen = int(raw.get("widen_limit", 2))
+    except (TypeError, ValueError) as e:
+        raise UserError(f"{path}: {e}", "alpha is a number, looks a list of pair counts, widen_limit a count") from None
+    if not 0 <= widen <= 10:
+        raise UserError(f"{path}: widen_limit={widen} is not from 0 to 10", "e.g. widen_limit: 2")
+    return Protocol(alpha, looks, str(raw.get("spending", "obrien_fleming")), widen,
                     shipped_family(Path(experiments)), source=Path(path).name, seed_base=raw.get("seed_base", 0))
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from normbench.errors import UserError
 from normbench.results import atomic_write_text
-from normbench.summary.discover import check_runs_file, costs, find_runs, folder, save_runs
+from normbench.summary.discover import check_runs_file, costs, distinct, find_runs, folder, save_runs
 from normbench.summary.labels import label_runs, sweep_axes
 from normbench.summary.lr_sensitivity import lr_curves
 from normbench.summary.tables import build_tables
@@ -58,7 +58,7 @@ def compute(root: Path, ref: str = "bn", select: str | None = None, claims_file:
         raise UserError(f"{root} does not exist", "give a sweep directory, e.g. outputs/multirun/<date>/<time>, or a "
                                                   "runs file (--save-runs)")
     own = claiming.load_file(claims_file) if claims_file is not None else None  # a bad file fails first
-    runs = find_runs(root)
+    runs, duplicates = distinct(find_runs(root))
     if not runs:
         raise UserError(f"no runs under {root} (no results.json, no Hydra run directory)",
                         "point it at a sweep directory or at outputs/")
@@ -97,7 +97,7 @@ def compute(root: Path, ref: str = "bn", select: str | None = None, claims_file:
                 r.note = "; ".join(filter(None, [r.note, said]))
     family = proto.with_members(r.claim.key for r in tested if r.role == "primary")
     curves = lr_curves(runs, label_runs(runs, pooled=frozenset({"lr"}))) if "lr" in varied else []
-    return Summary(root, runs, tables, varied, constant, ref, tested, extensions, costs(runs), curves,
+    return Summary(root, runs + duplicates, tables, varied, constant, ref, tested, extensions, costs(runs), curves,
                    family.describe() if tested else {}, frozen.stored_decisions(folder(root), tested))
 
 

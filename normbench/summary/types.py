@@ -168,7 +168,19 @@ class Summary:
 
     @property
     def problems(self) -> list[Run]:
-        return [r for r in self.runs if r.status != "completed"]
+        """The runs not in the tables, a duplicate aside (`duplicates` counts them)."""
+        return [r for r in self.runs if r.status not in ("completed", "duplicate")]
+
+    @property
+    def duplicates(self) -> list[Run]:
+        """The runs read twice or more (discover.distinct): each counted once."""
+        return [r for r in self.runs if r.status == "duplicate"]
+
+    @property
+    def duplicates_line(self) -> str:
+        n = len(self.duplicates)
+        return (f"{n} duplicate run{'s' * (n > 1)} dropped (the same study, config and seed as a run already read; "
+                f"e.g. {self.duplicates[0].path}): each run counted once") if n else ""
 
 
 def col_key(col: str):

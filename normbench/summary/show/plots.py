@@ -347,9 +347,12 @@ def svg_text(fig: Figure) -> str:
 
 def render_all(s: Summary, out: Path) -> dict[str, tuple[Path, str]]:
     """Every figure as out/<name>.png and as SVG text."""
+    from normbench.userfiles import inside, safe_name
+
     rendered = {}
-    for name, fig in figures(s).items():
-        png = out / f"{name}.png"
+    for name, fig in figures(s).items():  # named from the runs' data (study, dataset, model): made file names
+        name = safe_name(name)
+        png = inside(out, out / f"{name}.png")
         fig.savefig(png, dpi=120)
         rendered[name] = (png, svg_text(fig))
     return rendered

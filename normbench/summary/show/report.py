@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -170,6 +171,9 @@ def lr_rows(s: Summary) -> list[tuple[str, list[str], list[list[str]]]]:
     return out
 
 
+RAW_HTML = re.compile(r"<(?=[A-Za-z/!?])")  # where CommonMark starts raw HTML (a tag, a comment)
+
+
 def to_markdown(s: Summary, figures: dict[str, Path] | None = None) -> str:
     lines = [f"# normbench summary of `{s.root}`", "", *[f"- {line}" for line in sweep_lines(s)], ""]
     figures = dict(figures or {})
@@ -201,13 +205,16 @@ def to_markdown(s: Summary, figures: dict[str, Path] | None = None) -> str:
     if s.extensions:
         lines += ["## Grids to widen", "", "A cell chose the edge of its grid; this trains the next value there:", "",
                   "```", *s.extensions, "```", ""]
+    if s.duplicates:
+        lines += [s.duplicates_line, ""]
     if s.problems:
         lines += ["## Runs not in the tables", "", "| run | status | why |", "|---|---|---|"]
         lines += [f"| `{relative(r.path, s.root)}` | {r.status} | "
                   f"{r.note.replace('|', '/').splitlines()[0] if r.note else ''} |" for r in s.problems]
         lines.append("")
     lines += [f"![{name}]({path.name})" for name, path in figures.items()]
-    return "\n".join(lines) + "\n"
+    # no raw HTML from a run's fields: a tag's '<' becomes text ('a − b < 0' stays as it is)
+    return RAW_HTML.sub("&lt;", "\n".join(lines)) + "\n"
 
 
 def to_csv(tables: list[Table]) -> str:
@@ -258,6 +265,7 @@ def to_json(s: Summary) -> str:
         "selected": [{"study": t.study, "data": t.data, "model": t.model, "metric": t.metric, "norm": r,
                       "axis": c, "chosen": v} for t in s.tables for (r, c), v in t.chosen.items()],
         "problems": [{"path": str(r.path), "status": r.status, "note": r.note} for r in s.problems],
+        "duplicates": [{"path": str(r.path), "note": r.note} for r in s.duplicates],
         "claims": [r.row() for r in s.claims], "protocol": s.protocol, "decisions": s.decisions,
         "extensions": s.extensions, "costs": s.costs,
         "lr_sensitivity": [{"study": c.study, "data": c.data, "model": c.model, "norm": c.label,
@@ -275,62 +283,65 @@ def print_summary(s: Summary, console=None, wide: bool = False) -> None:
     """The summary in the terminal: the sweep, the claims (claims_table.print_claims: a table that fits 120
     columns, or with `wide` every statistic), the tables, lr sensitivity, grids to widen, the runs apart."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table as RichTable
 
-    console = console or Console()
+    console = console or Console()  # every text below from the runs is escaped: a run's "[/]" is text
     if not console.is_terminal:  # a pipe or a file: do not squeeze the tables into 80 columns
         console.width = 200
     for line in sweep_lines(s):
-        console.print(f"[dim]{line}[/]")
+        console.print(f"[dim]{escape(line)}[/]")
     if s.claims:  # the answers first
         claims_table.print_claims(s, console, wide=wide)
     if s.tables:
         console.print("\n[bold]tables[/]")
         for i, t in enumerate(s.tables, 1):
-            console.print(f"{i}. {table_line(t)}")
+            console.print(f"{i}. {escape(table_line(t))}")
         console.print(f"[dim]{caption(s.tables)}[/]")
         if any(t.comparisons for t in s.tables):
             console.print(f"[dim]{paired_caption()}[/]")
     for i, t in enumerate(s.tables, 1):
         header, body, best = table_rows(t)
-        console.print(f"\n[bold]{i}. {t.title}[/]")
+        console.print(f"\n[bold]{i}. {escape(t.title)}[/]")
         rt = RichTable()
         for j, h in enumerate(header):
-            rt.add_column(h, justify="left" if j == 0 else "right", no_wrap=True)
+            rt.add_column(escape(h), justify="left" if j == 0 else "right", no_wrap=True)
         for j, (row, marks) in enumerate(zip(body, best)):
-            rt.add_row(*[f"[bold green]{v} *[/]" if m and v else v for v, m in zip(row, marks)],
+            rt.add_row(*[f"[bold green]{escape(v)} *[/]" if m and v else escape(v) for v, m in zip(row, marks)],
                        end_section=bool(t.values_per_channel) and j == 0)
         console.print(rt)
         for note in t.notes:
             if not note.startswith(INDEX_NOTES):
-                console.print(f"[dim]{note}[/]")
+                console.print(f"[dim]{escape(note)}[/]")
         if t.comparisons:
             pt = RichTable(title=f"paired vs {t.ref}", title_justify="left")
             for j, h in enumerate(paired_header(t)):
                 pt.add_column(h, justify="left" if j in (0, 7) else "right", no_wrap=True)
             for row, c in zip(paired_rows(t), t.comparisons):
                 style = "green" if c.significant and c.result.mean > 0 else "red" if c.significant else None
-                pt.add_row(*row, style=style)
+                pt.add_row(*map(escape, row), style=style)
             console.print(pt)
     if s.lr_curves:
         console.print("\n[bold]learning-rate sensitivity[/]")
         console.print(f"[dim]{LR_CAPTION}[/]")
         for title, header, rows in lr_rows(s):
-            lt = RichTable(title=title, title_justify="left")
+            lt = RichTable(title=escape(title), title_justify="left")
             for j, h in enumerate(header):
-                lt.add_column(h, justify="left" if j == 0 else "right", no_wrap=True)
+                lt.add_column(escape(h), justify="left" if j == 0 else "right", no_wrap=True)
             for row in rows:
-                lt.add_row(*row)
+                lt.add_row(*map(escape, row))
             console.print(lt)
     if s.extensions:
         console.print("\n[bold]grids to widen[/] (a cell chose the edge of its grid; this trains the next value):")
         for command in s.extensions:
             console.print(command, soft_wrap=True, markup=False, highlight=False)
+    if s.duplicates:
+        console.print("\n" + s.duplicates_line, markup=False, highlight=False)
     if s.problems:
         console.print("\n[bold]runs not in the tables[/]")
         rt = RichTable()
         for col in ("run", "status", "why"):
             rt.add_column(col, overflow="fold")
         for r in s.problems:
-            rt.add_row(relative(r.path, s.root), r.status, r.note.splitlines()[0] if r.note else "")
+            rt.add_row(escape(relative(r.path, s.root)), r.status, escape(r.note.splitlines()[0]) if r.note else "")
         console.print(rt)

@@ -14,7 +14,6 @@ results.json's per-epoch history when a run has none. Written with TensorBoard's
 
 from __future__ import annotations
 
-import re
 import struct
 import time
 from collections import defaultdict
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from normbench.summary import stats
 from normbench.summary.types import VARLEN, Summary
+from normbench.userfiles import inside, safe_name
 
 SUBDIR = "summary"
 CURVES = ("acc/val", "loss/val", "acc/train", "loss/train")
@@ -59,7 +59,8 @@ def aggregate(per_seed: list[dict[int, float]]) -> list[tuple[int, float, float,
 
 
 def _slug(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9=._,+-]", "_", label.replace(" ", ","))
+    """A label from the runs' data as one folder name (userfiles.safe_name: no '/', no leading '.')."""
+    return safe_name(label.replace(" ", ","))
 
 
 def groups(s: Summary) -> dict[str, dict[str, list[Path]]]:
@@ -115,7 +116,7 @@ def write(s: Summary, log_dir: Path, figures: dict[str, Path], markdown: str) ->
     histories = {r.path: r.results.get("history") for r in s.runs}
     charts: dict[str, set[str]] = defaultdict(set)  # setting -> curves with an aggregate
     for label, settings in groups(s).items():
-        writer = EventFileWriter(str(log_dir / _slug(label)))
+        writer = EventFileWriter(str(inside(log_dir, log_dir / _slug(label))))
         for setting, paths in settings.items():
             curves = [run_curves(p, histories.get(p)) for p in paths]
             for curve in CURVES:
