@@ -116,19 +116,48 @@ def problem(res: Any) -> str | None:
         return f"status {str(res['status'])[:40]!r} is none of {', '.join(STATUSES)}"
     if not isinstance(res["config"], dict):
         return "config is not a mapping"
+    if why := _config(res["config"]):
+        return f"config: {why}"
+    if not isinstance(res.get("versions") or {}, dict) or not isinstance(res.get("git_sha") or "", str):
+        return "versions is not a mapping, or git_sha not a string"
     history = res.get("history")
     if history is not None and not (isinstance(history, list) and all(isinstance(e, dict) for e in history)):
         return "history is not a list of epochs"
+    for where in [res, *(history or [])]:
+        if why := _values(where):
+            return why if where is res else f"history: {why}"
+    return None
+
+
+def _config(config: dict) -> str | None:
+    """Why a run's config cannot be what it trained with: empty, or a key every summary reads of another type."""
+    if not config:
+        return "empty"
+    for key in ("norm", "model", "data"):
+        group = config.get(key, {})
+        if not isinstance(group, dict) or not isinstance(group.get("name", ""), str):
+            return f"{key}.name is not a name"
+    for key, least in (("seed", 0), ("batch_size", 1), ("epochs", 0)):
+        v = config.get(key, least)
+        if not isinstance(v, int) or isinstance(v, bool) or v < least:
+            return f"{key} {str(v)[:40]} is not a whole number >= {least}"
+    if not _number(config.get("lr", 0.0)):
+        return f"lr {str(config['lr'])[:40]} is not a number"
+    return None
+
+
+def _values(res: dict) -> str | None:
+    """Why one level of results (the run's, or an epoch of its history) holds an impossible number."""
     for key, value in res.items():
         if "acc" not in key:
             continue
         for v in value.values() if isinstance(value, dict) else [value]:
             if v is not None and (not _number(v) or not (0 <= v <= 1 or math.isnan(v))):  # NaN: missing
                 return f"{key} {str(v)[:40]} is not an accuracy in [0, 1]"
-    for key in COUNTS + SECONDS:
+    for key in (*COUNTS, *SECONDS, "epoch", "step"):
         v = res.get(key)
-        if v is not None and (not _number(v) or not 0 <= v < math.inf or (key in COUNTS and v != int(v))):
-            return f"{key} {str(v)[:40]} is not a {'count' if key in COUNTS else 'duration'} >= 0"
+        if v is not None and (not _number(v) or not 0 <= v < math.inf or (key not in SECONDS and v != int(v))):
+            return f"{key} {str(v)[:40]} is not a {'duration' if key in SECONDS else 'count'} >= 0"
     return None
 
 

@@ -93,8 +93,8 @@ def check(jobs: list[Job], claims) -> None:
         for lr in j.config.get("pack.lrs") or [j.config.get("lr")]:  # a pack: a run per lr
             first = seen.setdefault((j.study, same, lr), j)
             if first is not j:
-                raise UserError(f"study {j.study}: jobs {first.name} and {j.name} both train lr={lr} of "
-                                f"{' '.join(j.overrides)}", "make each sweep train runs of its own: drop the "
+                raise UserError(f"study {j.study}: jobs {first.name} and {j.name} train the same runs (lr={lr} of "
+                                f"{' '.join(j.overrides)})", "make each sweep train runs of its own: drop the "
                                 "overlapping values from one of them")
     for c in claims:
         mine = [j for j in jobs if c.study in ("", j.study_experiment)]

@@ -170,7 +170,10 @@ def resolve(requested: list[str]) -> list[Study]:
 
 def _sweeper_params(experiment: str) -> list[str]:
     """The experiment's own `hydra.sweeper.params`, as overrides (the command line's win, key by key)."""
-    raw = yaml.safe_load((EXPERIMENTS / f"{experiment}.yaml").read_text()) or {}
+    path = EXPERIMENTS / f"{experiment}.yaml"
+    if experiment != safe_name(experiment) or not path.is_file():  # composition then says what is wrong
+        return []
+    raw = yaml.safe_load(path.read_text()) or {}
     params = (((raw.get("hydra") or {}).get("sweeper") or {}).get("params")) or {}
     return [f"{k}={v}" for k, v in params.items()]
 
@@ -182,8 +185,15 @@ def jobs(overrides: list[str]) -> list[list[str]]:
     from normbench.cli_errors import parse_overrides
 
     experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), None)
+    from hydra.errors import OverrideParseException
+
+    try:
+        found = parse_overrides((_sweeper_params(experiment) if experiment else []) + list(overrides))
+    except OverrideParseException as e:
+        raise UserError(f"a sweep's overrides do not parse ({' '.join(str(e).split())[:200]}): {' '.join(overrides)[:300]}",
+                        "write each as key=value, a sweep as key=a,b (Hydra's override grammar)") from None
     parsed = {}
-    for o in parse_overrides((_sweeper_params(experiment) if experiment else []) + list(overrides)):
+    for o in found:
         parsed[o.key_or_group] = o  # the command line wins over the experiment's sweeper params
     axes = []
     for o in parsed.values():

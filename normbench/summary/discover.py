@@ -84,6 +84,8 @@ def _run_dirs(root: Path) -> list[Run]:
 def _run(path: Path, res: dict, overrides: list[str]) -> Run:
     """The run whose results.json (read, with status and config) is `res`: its status and why."""
     config = flatten(res["config"]) if isinstance(res["config"], dict) else {}
+    if not config:  # nothing that tells the run apart: no table or claim could place it
+        return Run(path, "unreadable", note=f"{path / RESULTS}: its config holds no setting")
     run = Run(path, res["status"], config, res, overrides=overrides)
     if run.status == "failed":
         run.note = res.get("error") or "failed"
@@ -221,7 +223,7 @@ def costs(runs: list[Run]) -> dict[str, dict[str, float]]:
         if isinstance(packed, dict) and packed.get("mode") == "packed":
             per_seed = ("computations" not in packed  # an older record: one computation per seed
                         and r.config.get("data.split") == Split.per_seed.value)  # config.split_seed's rule
-            key = (str(packed["dir"]), r.config.get("seed") if per_seed else None)
+            key = (str(packed.get("dir")), r.config.get("seed") if per_seed else None)
         else:
             key = (str(r.path), None)
         group = by_study.setdefault(r.table_study or "sweep", {}).setdefault(key, {"runs": 0})

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import torch
@@ -32,7 +33,11 @@ def save_checkpoint(path: Path, model, opt, shuffles: list[torch.Tensor], state:
         "loop": dict(state.__dict__),
         "members": [{**o.__dict__, "earlier_wall_s": o.earlier_wall_s + leg_s} for o in outs],
     }
-    atomic_write_bytes(path, lambda f: torch.save(blob, f))
+    # Serialized in memory, then written: torch's zip writer reports a full disk as a RuntimeError about a
+    # file position, a plain write as the OSError it is (the CLI says it in one line; the last checkpoint stays)
+    buffer = io.BytesIO()
+    torch.save(blob, buffer)
+    atomic_write_bytes(path, lambda f: f.write(buffer.getbuffer()))
 
 
 def load_checkpoint(path: Path, model, opt, shuffles: list[torch.Generator]) -> tuple[LoopState, list[FitResult]]:
