@@ -29,6 +29,8 @@ def _loader():
         def construct_mapping(self, node, deep=False):
             seen = set()
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: merged, not a key of its own
+                    continue
                 key = self.construct_object(key_node, deep=True)
                 try:
                     if key in seen:
@@ -60,7 +62,7 @@ def load_yaml(path: Path, what: str) -> Any:
     except OSError as e:
         raise UserError(f"{what} {path}: cannot read it ({e.strerror or e})", "give a readable YAML file") from None
     try:
-        raw = yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader, narrowed further
+        raw = yaml.load(text, Loader=_loader())
     except yaml.YAMLError as e:
         raise UserError(f"{what} {path}: not valid YAML ({' '.join(str(e).split())[:300]})", "fix the file") from None
     except RecursionError:
@@ -107,6 +109,17 @@ def safe_name(text: str, limit: int = 150) -> str:
     if len(name) > limit:
         name = f"{name[:limit - 9]}-{hashlib.sha256(str(text).encode()).hexdigest()[:8]}"
     return name
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal(text: str) -> str:
+    """`text` from a run, as rich prints it: its markup ("[/]") as text, its control characters (a
+    terminal's escape sequences) dropped."""
+    from rich.markup import escape
+
+    return escape(_CONTROL.sub("", str(text)))
 
 
 def inside(folder: Path, path: Path) -> Path:

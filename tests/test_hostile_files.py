@@ -30,8 +30,8 @@ from test_reliability import assert_one_line_error
 from normbench.errors import UserError
 from normbench.summary import claims as claiming
 from normbench.summary.discover import find_runs
-from normbench.summary.summarize import compute, write_files
 from normbench.summary.show import report
+from normbench.summary.summarize import compute, write_files
 
 RECORD = REPO / "docs" / "results" / "ghost_batch" / "runs.jsonl.gz"
 
@@ -61,9 +61,11 @@ def listing(root: Path, skip: Path | None = None) -> dict[str, int]:
 # --- 1. a runs file names a path: nothing is written outside the output folder ------------------------------
 
 def test_a_runs_file_naming_paths_writes_only_inside_its_folder(tmp_path):
-    """The runs carry `experiment=../../somewhere/NAME` (figures are named after the study) and a norm named
-    `../../../evil` (TensorBoard's folders are named after labels), and a PNG already sits where the old
-    code wrote: summarize exits 0, writes its figures inside --out, and the parent's listing is unchanged."""
+    """The runs carry `experiment=../../../somewhere/NAME` (figures are named after the study: the old code
+    wrote report/../../../somewhere/NAME_fashion_mnist.png, over the PNG that sits there) and a norm named
+    `../../../evil` (TensorBoard's folders are named after labels); summary/ is a symlink out of --out:
+    summarize writes its figures inside --out, refuses the symlink in one line, and the listing of
+    everything outside the shared folder is unchanged."""
     outside = tmp_path / "somewhere"
     outside.mkdir()
     (outside / "NAME_fashion_mnist.png").write_bytes(b"precious")
@@ -71,7 +73,7 @@ def test_a_runs_file_naming_paths_writes_only_inside_its_folder(tmp_path):
     share.mkdir(parents=True)
     entries = record_lines()
     for e in entries:
-        e["overrides"] = [o if not o.startswith("experiment=") else "experiment=../../somewhere/NAME"
+        e["overrides"] = [o if not o.startswith("experiment=") else "experiment=../../../somewhere/NAME"
                           for o in e["overrides"]]
     for e in entries[:4]:
         e["results"]["config"]["norm"]["name"] = "../../../evil"
@@ -82,9 +84,14 @@ def test_a_runs_file_naming_paths_writes_only_inside_its_folder(tmp_path):
     assert listing(tmp_path, skip=share) == before
     assert (outside / "NAME_fashion_mnist.png").read_bytes() == b"precious"
     pngs = sorted(p.name for p in (share / "report").glob("*.png"))
-    assert any(p.startswith("_.._somewhere_NAME") for p in pngs), pngs  # the name, made one file name
+    assert "_.._.._somewhere_NAME_fashion_mnist.png" in pngs, pngs  # the name, made one file name
     assert all(p.resolve().is_relative_to(share / "report") for p in (share / "report").rglob("*"))
     assert not list(tmp_path.glob("evil*")) and not list((tmp_path / "a").glob("evil*"))
+    shutil.rmtree(share / "report" / "summary")
+    (share / "report" / "summary").symlink_to(outside, target_is_directory=True)
+    r = normbench_cli("summarize", str(runs), "--out", str(share / "report"), cwd=share, timeout=600)
+    assert_one_line_error(r, f"refusing to write {share / 'report' / 'summary'}")
+    assert listing(tmp_path, skip=share) == before
 
 
 def test_raw_html_in_a_runs_fields_is_text_in_summary_md(tmp_path):
@@ -117,6 +124,19 @@ def test_a_runs_file_with_every_line_twice_summarizes_as_the_file_once(tmp_path)
     assert len(json.loads(report.to_json(twice))["duplicates"]) == 30
 
 
+def test_a_completed_retry_stands_for_its_failed_attempt(tmp_path):
+    """Reference: the contract's order of results (completed, diverged, failed). The same run failed in an
+    earlier sweep folder and completed in a later one: the completed one is kept, the failed one is the
+    duplicate, whichever path sorts first; --save-runs keeps the completed one."""
+    (entry,) = record_lines(1)
+    failed = copy.deepcopy(entry)
+    failed["results"].update(status="failed", error="OSError: disk full", test_acc=None)
+    runs = write_runs(tmp_path / "runs.jsonl.gz", [{**failed, "path": "2026-01-01/0"}, {**entry, "path": "2026-01-02/0"}])
+    s = compute(runs)
+    assert [(r.path.name, r.path.parent.name, r.status) for r in s.runs] == [("0", "2026-01-02", "completed"),
+                                                                             ("0", "2026-01-01", "duplicate")]
+
+
 STUDY = """\
 experiment: [model=mlp, model.hidden=16, epochs=1, max_steps=5]
 sweeps:
@@ -144,10 +164,12 @@ def _study(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
     (lambda t: t.replace("  second: [norm=gn, batch_size=8]", "  second: [norm=gn, batch_size=8]\n"
                                                               "  second: [norm=rms, batch_size=8]"),
      "the key 'second' twice"),
+    (lambda t: t.replace("a: {norm.name: bn, batch_size: 8}", "a: {norm.name: bn, batch_size: 8, lr: 0.5}"),
+     "reads a cell no sweep trains"),
     (lambda t: "name: ..\n" + t, "is not a folder name"),
     (lambda t: t + "scales:\n  quick: {overrides: epochs=1}\n", "overrides must be a list"),
     (lambda t: t + "protocol: {looks: [3, 100000000]}\n", "more than 20 looks or 1000 pairs"),
-], ids=["overlapping-sweeps", "claim-on-no-cell", "duplicate-key", "name-dotdot", "scale-overrides-string",
+], ids=["overlapping-sweeps", "claim-on-no-cell", "claim-on-no-lr", "duplicate-key", "name-dotdot", "scale-overrides-string",
         "huge-look"])
 def test_a_study_file_that_cannot_be_decided_is_refused_at_plan(tmp_path, change, words):
     """Before any calibration trains: two sweeps that train the same runs (each seed twice: no claim could
@@ -358,16 +380,22 @@ def test_a_broken_custom_norm_at_train_is_one_line(tmp_path, tiny_root, target, 
 def test_a_second_study_into_a_held_folder_names_the_holder(tmp_path):
     """A study holds its folder's lock for its life: a second one into the same out= is one line naming
     the first's process, and trains nothing."""
-    from normbench.study.command import hold
+    from normbench.study import launch
 
     out = tmp_path / "out"
-    held = hold(out, "normbench study first")
+    launch.hold(out, "normbench study first")
     try:
         r = normbench_cli("study", str(_study(tmp_path, STUDY)), f"out={out}", "--plan", cwd=tmp_path)
         assert_one_line_error(r, f"{out} is in use by process {os.getpid()} (normbench study first")
     finally:
-        held.close()
+        os.close(launch._held.pop())
     assert not (out / "calibration.json").exists()
+    (out / ".lock").unlink()
+    (out / ".lock").symlink_to(tmp_path / "precious")
+    (tmp_path / "precious").write_text("precious")
+    r = normbench_cli("study", str(_study(tmp_path, STUDY)), f"out={out}", "--plan", cwd=tmp_path)
+    assert_one_line_error(r, f"{out / '.lock'} is a symbolic link")
+    assert (tmp_path / "precious").read_text() == "precious"
 
 
 # --- the fuzz loop ---------------------------------------------------------------------------------------------
@@ -477,7 +505,7 @@ def test_fuzzed_runs_claims_and_study_files_never_raise_a_traceback(tmp_path):
         except UserError as e:
             assert "\n" not in str(e).strip(), (case, kind, str(e))
             outcomes["user error"] += 1
-        except Exception as e:  # noqa: BLE001 - the finding: what the case was, and what it raised
+        except Exception as e:
             shutil.copy(path, tmp_path / f"case{case}{path.suffix}")
             raise AssertionError(f"case {case} ({kind}, kept as {tmp_path / f'case{case}'}): "
                                  f"{type(e).__name__}: {e}") from e

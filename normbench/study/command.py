@@ -20,12 +20,12 @@ from normbench.errors import UserError
 from normbench.study import jobs as joblist
 from normbench.study import spec
 from normbench.study.estimate import hms, schedule
+from normbench.study.launch import hold
 from normbench.study.slurm import describe
 from normbench.study.rounds import Rounds, selection
 from normbench.summary import protocol as protocols
 
 SETTINGS = ("scale", "budget", "out", "jobs", "protocol", "launcher")
-LOCK = ".lock"  # in a study's folder while a `normbench study` writes it: who holds it
 
 
 def parse_budget(text: str | None) -> float | None:
@@ -192,35 +192,12 @@ def by_study(state) -> str | None:
             if rows else None)
 
 
-def hold(out: Path, what: str):
-    """An exclusive lock on the study's folder for this process's life (the open file it returns: keep it):
-    a second study into the same folder would train the same jobs twice. A UserError naming the holder."""
-    import fcntl
-    import os
-    import time
-
-    out.mkdir(parents=True, exist_ok=True)
-    lock = open(out / LOCK, "a+")  # noqa: SIM115 - held open until the process ends
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        holder = lock.read().strip() or "another process"
-        lock.close()
-        raise UserError(f"{out} is in use by {holder}", "wait for it to end, or give this study another out=") from None
-    lock.seek(0)
-    lock.truncate()
-    lock.write(f"process {os.getpid()} ({what}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
-    lock.flush()
-    return lock
-
-
 def main(argv: list[str]) -> int:
     args = _args(argv)
     from normbench.summary.summarize import summarize
 
-    held = hold(args.out, shlex.join(["normbench", "study", *argv]))  # noqa: F841 - released at exit
     studies = spec.resolve(args.studies)
+    hold(args.out, shlex.join(["normbench", "study", *argv]))  # until this process and its jobs end
     for s in studies:
         s.sweeps_at(args.scale)  # an unknown scale fails before anything runs
         if s.source is not None:  # a norm module beside the study file is found by the plan and every job

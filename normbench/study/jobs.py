@@ -98,8 +98,9 @@ def check(jobs: list[Job], claims) -> None:
                                 "overlapping values from one of them")
     for c in claims:
         mine = [j for j in jobs if c.study in ("", j.study_experiment)]
+        runs = [{**j.config, "lr": lr} for j in mine for lr in j.config.get("pack.lrs") or [j.config.get("lr")]]
         for sel in c.selectors():
-            if not any(_picks(sel, j.config) for j in mine):
+            if not any(_picks(sel, config) for config in runs):
                 shown = ", ".join(f"{k}: {v}" for k, v in sel.items())
                 raise UserError(f"claim {c.name!r} reads a cell no sweep trains ({{{shown}}})",
                                 "add a sweep that trains it, or fix the claim's selector (config keys as "

@@ -11,6 +11,7 @@ folder (<out>/<study>/r<round>/<job>.log); `code` is that command's exit status,
 from __future__ import annotations
 
 import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from normbench.errors import UserError
 from normbench.study import jobs as joblist
 
 
@@ -37,13 +39,53 @@ def log_path(job: joblist.Job, index: int, out: Path) -> Path:
     return joblist.directory(job, index, out).parent / f"{job.name}.log"
 
 
+LOCK = ".lock"  # in a study's folder while a `normbench study` (or a job it started) writes it: who holds it
+_held: list[int] = []  # the lock's descriptor, passed to every job: the lock lasts while any of them runs
+
+
+def hold(out: Path, what: str) -> None:
+    """An exclusive lock on the study's folder (flock on out/.lock, which names the holder) for as long as
+    this process or a job it starts runs: a second study into the same folder would train the same jobs
+    twice. A UserError naming the holder; on a file system without locks (NFS without lockd, Lustre without
+    flock) a warning, and no lock."""
+    import errno
+    import fcntl
+    import os
+    import time
+
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # never a symlink's target
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise UserError(f"{out / LOCK} is a symbolic link", f"delete it: a study writes its lock there") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 400, 0).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise UserError(f"{out} is in use by {holder}", "wait for it to end, or give this study another out=") from None
+    except OSError as e:
+        os.close(fd)
+        if e.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise
+        print(f"normbench: warning: {out}'s file system has no locks ({e.strerror}): run one study into it at a "
+              "time", file=sys.stderr)
+        return
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"process {os.getpid()} ({what}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(), 0)
+    _held[:] = [fd]
+
+
 def start(cmd: list[str], log: Path, **popen) -> subprocess.Popen:
-    """`cmd` started with its output appended to `log`, after a line with the command itself."""
+    """`cmd` started with its output appended to `log`, after a line with the command itself; it holds the
+    study's lock too (`hold`)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as f:  # the child holds its own descriptor: this one closes at once
         f.write("$ " + " ".join(cmd[2:]) + "\n")
         f.flush()
-        return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, **popen)
+        return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, pass_fds=tuple(_held), **popen)
 
 
 class Local:

@@ -61,7 +61,13 @@ class State:
         path = out / STATE
         if not path.is_file():
             return cls(studies, scale, protocol, family=family)
-        raw = json.loads(path.read_text())
+        try:
+            raw = json.loads(path.read_text())
+            raw["studies"], raw["scale"]  # noqa: B018 - what every study.json holds
+        except (ValueError, TypeError, KeyError, RecursionError) as e:
+            raise UserError(f"{path} is not a study's state ({type(e).__name__}: {' '.join(str(e).split())[:120]})",
+                            "restore it (it is written atomically: another program changed it), or choose another "
+                            "out=") from None
         if raw["studies"] != studies or raw["scale"] != scale:
             raise UserError(f"{out} holds a study of {', '.join(raw['studies'])} at scale={raw['scale']}",
                             "rerun it with those settings to continue it, or choose another out=")

@@ -101,19 +101,21 @@ def distinct(runs: list[Run]) -> tuple[list[Run], list[Run]]:
     and budget included), wherever it lies, so a runs file with every line twice, or a sweep copied beside
     itself, pools nothing twice. The first in path order is kept; each duplicate is marked with the run it
     repeats (status "duplicate")."""
-    seen: dict[tuple[str, str], Run] = {}
+    def key(r: Run) -> tuple[str, str]:
+        return r.study, json.dumps(r.results["config"], sort_keys=True, default=str)
+
+    rank = {"completed": 0, "diverged": 1, "failed": 2}  # a completed retry stands for its failed attempt
+    best: dict[tuple[str, str], Run] = {}
+    for r in runs:
+        if r.results and r.status in rank and rank[r.status] < rank[best.setdefault(key(r), r).status]:
+            best[key(r)] = r
     kept, dropped = [], []
     for r in runs:
-        if not r.results:  # incomplete or unreadable: nothing to pool
+        if not r.results or r.status not in rank or best[key(r)] is r:  # incomplete, unreadable: nothing to pool
             kept.append(r)
-            continue
-        key = (r.study, json.dumps(r.results["config"], sort_keys=True, default=str))
-        if key in seen:
-            r.status, r.note = "duplicate", f"the same run (config and seed) as {seen[key].path}: counted once"
-            dropped.append(r)
         else:
-            seen[key] = r
-            kept.append(r)
+            r.status, r.note = "duplicate", f"the same run (config and seed) as {best[key(r)].path}: counted once"
+            dropped.append(r)
     return kept, dropped
 
 

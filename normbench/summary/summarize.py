@@ -131,7 +131,9 @@ def write_files(s: Summary, out: Path, plots: bool = True) -> dict[str, Path]:
     if plots:
         from normbench.summary.show import tensorboard
 
-        tensorboard.write(s, out / tensorboard.SUBDIR, figures, markdown)
+        from normbench.userfiles import inside
+
+        tensorboard.write(s, inside(out, out / tensorboard.SUBDIR), figures, markdown)  # not a symlink out
         files.update(figures)
     return files
 

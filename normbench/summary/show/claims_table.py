@@ -257,7 +257,7 @@ def _rich_table(header: list[str], rows: list[list[str]], verdicts: list[str], w
     """A rich table without vertical rules (each column's gap is spaces), the verdicts coloured; the column
     `wrap` wraps (within `name_width` = (least, most)), every other keeps its line."""
     from rich import box
-    from rich.markup import escape
+    from normbench.userfiles import terminal as escape
     from rich.table import Table as RichTable
 
     t = RichTable(title="claims", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
@@ -309,7 +309,7 @@ def print_claims(s: Summary, console, wide: bool = False) -> None:
     console's width), its verdicts coloured, then the legend and the notes dimmed. `wide`: summary.md's
     every column at its natural width (wider than a terminal: the lines run on), its caption, and each
     claim's cells."""
-    from rich.markup import escape
+    from normbench.userfiles import terminal as escape
 
     verdicts = [r.verdict for r in s.claims]
     if wide:

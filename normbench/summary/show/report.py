@@ -283,7 +283,7 @@ def print_summary(s: Summary, console=None, wide: bool = False) -> None:
     """The summary in the terminal: the sweep, the claims (claims_table.print_claims: a table that fits 120
     columns, or with `wide` every statistic), the tables, lr sensitivity, grids to widen, the runs apart."""
     from rich.console import Console
-    from rich.markup import escape
+    from normbench.userfiles import terminal as escape
     from rich.table import Table as RichTable
 
     console = console or Console()  # every text below from the runs is escaped: a run's "[/]" is text
