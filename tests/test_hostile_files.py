@@ -388,7 +388,7 @@ def test_a_second_study_into_a_held_folder_names_the_holder(tmp_path):
         r = normbench_cli("study", str(_study(tmp_path, STUDY)), f"out={out}", "--plan", cwd=tmp_path)
         assert_one_line_error(r, f"{out} is in use by process {os.getpid()} (normbench study first")
     finally:
-        os.close(launch._held.pop())
+        launch.release()
     assert not (out / "calibration.json").exists()
     (out / ".lock").unlink()
     (out / ".lock").symlink_to(tmp_path / "precious")

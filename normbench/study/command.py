@@ -20,7 +20,7 @@ from normbench.errors import UserError
 from normbench.study import jobs as joblist
 from normbench.study import spec
 from normbench.study.estimate import hms, schedule
-from normbench.study.launch import hold
+from normbench.study.launch import hold, release
 from normbench.study.slurm import describe
 from normbench.study.rounds import Rounds, selection
 from normbench.summary import protocol as protocols
@@ -194,12 +194,20 @@ def by_study(state) -> str | None:
 
 def main(argv: list[str]) -> int:
     args = _args(argv)
-    from normbench.summary.summarize import summarize
-
     studies = spec.resolve(args.studies)
-    hold(args.out, shlex.join(["normbench", "study", *argv]))  # until this process and its jobs end
     for s in studies:
         s.sweeps_at(args.scale)  # an unknown scale fails before anything runs
+    hold(args.out, shlex.join(["normbench", "study", *argv]))  # until this call and the jobs it started end
+    try:
+        return _study(args, studies, argv)
+    finally:
+        release()
+
+
+def _study(args: argparse.Namespace, studies: list[spec.Study], argv: list[str]) -> int:
+    from normbench.summary.summarize import summarize
+
+    for s in studies:
         if s.source is not None:  # a norm module beside the study file is found by the plan and every job
             _beside(s.source.parent)
     study = Rounds(studies, args.scale, args.out, args.jobs, parse_budget(args.budget), protocol=args.protocol,

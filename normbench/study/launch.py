@@ -78,6 +78,14 @@ def hold(out: Path, what: str) -> None:
     _held[:] = [fd]
 
 
+def release() -> None:
+    """This process lets go of the study's lock (the jobs it started keep theirs until they end)."""
+    import os
+
+    while _held:
+        os.close(_held.pop())
+
+
 def start(cmd: list[str], log: Path, **popen) -> subprocess.Popen:
     """`cmd` started with its output appended to `log`, after a line with the command itself; it holds the
     study's lock too (`hold`)."""
