@@ -218,3 +218,33 @@ def test_a_failed_tasks_reason_is_its_tracebacks_last_line():
                          "  - /x/log.err\n  - /x/log.out")
     assert plugin._why(error, None) == "RuntimeError: interrupted (SIGTERM) at step 3"
     assert plugin._why(RuntimeError("one line"), None) == "one line"
+
+
+def test_a_signal_sent_while_a_slurm_task_starts_waits_for_its_handler(tmp_path):
+    """Reference: POSIX signal masks (a blocked signal stays pending across exec until unblocked). srun starts a
+    task through normbench_slurm.HOLD; a USR2 sent while the task's python still imports is held, not fatal
+    (its default action), and reaches the handler the task installs before `release()`."""
+    import subprocess
+    import sys
+
+    import hydra_plugins.normbench_slurm as plugin
+
+    ready = tmp_path / "ready"
+    task = ("import os, signal, sys, time, pathlib\n"
+            "pathlib.Path(sys.argv[1]).touch()\n"
+            "while not pathlib.Path(sys.argv[1] + '.sent').exists(): time.sleep(0.01)\n"  # the task, still starting
+            "from hydra_plugins.normbench_slurm import release\n"
+            "signal.signal(signal.SIGUSR2, lambda *_: print('handled USR2', flush=True))\n"
+            "release()\n"
+            "print('after release', flush=True)\n")
+    proc = subprocess.Popen([*plugin.HOLD, sys.executable, "-c", task, str(ready)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the task never started"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGUSR2)  # USR2's default would end it here
+    ready.with_name("ready.sent").touch()
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert out.splitlines() == ["handled USR2", "after release"]

@@ -11,6 +11,11 @@
   SIGTERM that SLURM sends for a time limit or a preemption, the run stops at its next step with a
   checkpoint there, and the task requeues itself with `resume=true` (at most `max_requeues` times).
   A SIGTERM from `scancel` is a cancel: the task ends, listed with its resume command.
+- **At any moment of the task.** srun starts each task's python through `HOLD`, which blocks these signals
+  before anything is imported; a signal that comes while the task starts (python and torch import, for
+  seconds on a busy node; a preemption comes at any time, and SLURM may send the time-limit USR2 up to a
+  minute early) waits, pending, until normbench's handler is in place (`release`), then requeues the task
+  with `resume=true`: a run with no checkpoint yet starts over.
 
 Selected by normbench/configs/hydra/launcher/slurm.yaml (its schema: `NormbenchSlurmConf`).
 
@@ -26,7 +31,7 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
@@ -63,6 +68,12 @@ log = logging.getLogger(__name__)
 
 # What a SIGTERM's job says in `scontrol show job` when SLURM, not a user, ends the task
 SLURM_ENDS = {"Reason=TimeLimit": "at its time limit", "JobState=PREEMPTED": "preempted"}
+SIGNALS = (signal.SIGUSR2, signal.SIGTERM)  # SLURM's preemption and time-limit signals
+# What srun runs the task's command (submitit's python) through: a python without site-packages (~10 ms) that
+# blocks SIGNALS and execs the command, which inherits the block. A blocked signal is not lost: it waits until
+# the task, its handler installed, unblocks it (`release`); until then submitit's handler never sees it either.
+HOLD = [sys.executable, "-I", "-S", "-c", ("import _signal, os, sys; _signal.pthread_sigmask(_signal.SIG_BLOCK, "
+                                          "{_signal.SIGUSR2, _signal.SIGTERM}); os.execv(sys.argv[1], sys.argv[1:])")]
 
 
 @dataclass
@@ -71,6 +82,8 @@ class NormbenchSlurmConf(SlurmQueueConf):
     # How many times one task may requeue itself after preemption or a time limit; past it the task ends
     # failed, saying so, and `resume=true` continues it by hand.
     max_requeues: int = 3
+    # srun's arguments: HOLD, so that SLURM's signals wait for the task's handler (arguments of your own go before it)
+    srun_args: list[str] = field(default_factory=lambda: list(HOLD))
 
 
 # Without the extra, a plain node: slurm.yaml's keys compose onto it (hydra-submitit's schema is not there).
@@ -125,15 +138,18 @@ class NormbenchSlurmLauncher(SlurmLauncher):
         from normbench.train import interrupts
 
         # Replaces submitit's handlers (USR2: requeue at once with the same arguments; SIGTERM: ignored).
-        interrupts.install([signal.SIGUSR2, signal.SIGTERM])
+        interrupts.install(list(SIGNALS))
         interrupts.policy = self._policy
         try:
-            return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
+            release()  # a signal held while the task started raises here: requeued, the run starts over
+            result = super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
         except interrupts.Interrupted as e:
             if e.outcome.requeue:
                 self._requeue(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
             # an Exception, so submitit records it as the task's result and the sweep lists it
             raise RuntimeError(f"interrupted ({e.signal}) {e.where}; {e.outcome.then}") from None
+        ignore()  # the run is over: a signal now would only lose its result
+        return result
 
     def _policy(self, signal_name: str):
         """Requeue, or end? Asked once, as the run records its interruption."""
@@ -180,6 +196,19 @@ def make_executor(params: dict):
     return executor
 
 
+def release() -> None:
+    """Let SLURM's signals through to this task's handlers, once installed: one that HOLD held while the task
+    started is handled now."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+
+
+def ignore() -> None:
+    """Ignore SLURM's signals from now on: the task's work is over (its result written, or requeued). Ignored,
+    rather than left to Python's exit, which restores USR2's default (death)."""
+    for s in SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+
+
 def slurm_reason(signal_name: str) -> str | None:
     """Why SLURM signalled this task, in words, where a requeue answers it: USR2 (a preemption warning or
     the time limit near), or a SIGTERM that SLURM sent for a time limit or a preemption; None for a SIGTERM
@@ -204,7 +233,7 @@ def requeue(resumed) -> str:
     aside = pickle.with_name(pickle.name + ".resume")
     resumed.dump(aside)
     os.replace(aside, pickle)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue ends this process's step with SIGTERM
+    ignore()  # the requeue ends this process's step with SIGTERM; a second warning has nothing left to stop
     subprocess.run(["scontrol", "requeue", env.job_id], check=True, timeout=60)
     return env.job_id
 

@@ -105,26 +105,24 @@ def run_task(task: Task) -> tuple[int, float]:
     """On the node: the job's `normbench train`, to its end: (0, seconds it trained, every allocation
     together). Preempted or at its time limit, the run stops at its next step with a checkpoint and the
     task requeues itself to resume it; any other end raises, so SLURM says FAILED and the study names it."""
-    from hydra_plugins.normbench_slurm import requeue, slurm_reason
+    from hydra_plugins.normbench_slurm import ignore, release, requeue, slurm_reason
     from submitit.helpers import DelayedSubmission
 
     out, log = Path(task.out), log_path(task.job, task.index, Path(task.out))
     seen, child = _route_signals()
+    release()  # a signal held while this task started (normbench_slurm.HOLD) is noted now
     started = time.perf_counter()
     # The child ignores USR2 (the default would kill it): this process turns it into the SIGTERM the run
     # stops at. A SIGTERM from SLURM reaches the child directly, as it reaches every process of the step.
     proc = start(joblist.command(task.job, task.seeds, out, task.index), log,
                  preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN))
     child.append(proc)
-    if "SIGUSR2" in seen:  # it came before the run started
+    if seen:  # it came before the run started (a SIGTERM too: the run was not there to receive it)
         proc.send_signal(signal.SIGTERM)
     code = proc.wait()
     seconds = task.seconds + time.perf_counter() - started
     if code == 0:
-        # The run is over: a warning now has nothing to stop. Ignored, rather than left to Python's exit,
-        # which restores USR2's default (death): the task would read FAILED in sacct after its result.
-        for s in (signal.SIGUSR2, signal.SIGTERM):
-            signal.signal(s, signal.SIG_IGN)
+        ignore()  # the run is over: a warning now has nothing to stop (and USR2's default would fail the task)
         return 0, seconds
     why = next((w for w in map(slurm_reason, seen) if w), None) if seen else None
     if why and task.requeues < task.max_requeues:
@@ -147,6 +145,8 @@ def _route_signals() -> tuple[list[str], list]:
     """Replace submitit's handlers (USR2: requeue at once and start over; SIGTERM: ignored) by ones that
     note the signal and pass USR2 on to the run as SIGTERM. Returns (the signals seen, [the run's
     process], filled in once it starts)."""
+    from hydra_plugins.normbench_slurm import SIGNALS
+
     seen: list[str] = []
     child: list[subprocess.Popen] = []
 
@@ -155,7 +155,7 @@ def _route_signals() -> tuple[list[str], list]:
         if signum == signal.SIGUSR2 and child and child[0].poll() is None:
             child[0].send_signal(signal.SIGTERM)
 
-    for s in (signal.SIGUSR2, signal.SIGTERM):
+    for s in SIGNALS:
         signal.signal(s, note)
     return seen, child
 
