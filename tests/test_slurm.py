@@ -136,6 +136,13 @@ def array_id(sweep: Path, timeout: float = 300) -> str:
     return job
 
 
+def cancel(*sweeps: Path) -> None:
+    """scancel the job arrays these sweeps submitted (the folders submitit names by job id)."""
+    jobs = sorted({p.parent.name for sweep in sweeps for p in (sweep / ".submitit").glob("*/*_submission.sh")})
+    if jobs:
+        subprocess.run(["scancel", *jobs], env={**os.environ, **ENV}, capture_output=True, timeout=60, check=False)
+
+
 def wait_for(base: Path, pattern: str, what: str, timeout: float = 300) -> Path:
     deadline = time.monotonic() + timeout
     while not (found := sorted(base.glob(pattern))):
@@ -284,6 +291,7 @@ def faults(cluster, data_root, tmp_path_factory):
         for proc in procs.values():
             if proc.poll() is None:
                 proc.kill()
+                cancel(sweep_a, sweep_b)  # a failed fixture leaves no task for the next tests to queue behind
     wait_queue_empty()
     out["job a"], out["job b"] = job_a, array_id(sweep_b)
     return out
@@ -474,6 +482,7 @@ def killed_sweep(cluster, data_root, tmp_path_factory):
     finally:
         if proc.poll() is None:
             proc.kill()
+            cancel(sweep)
     took = time.monotonic() - t0
     TIMINGS["SIGKILL sent, after"] = killed_at
     TIMINGS["sweep with a killed task returns, after"] = took
