@@ -9,8 +9,8 @@ time in run.json), and each study's test-accuracy tables from its docs/results/<
 README.md's `<!-- claims:begin -->` ... `<!-- claims:end -->` section is the primary claims (`role: primary` in
 normbench/configs/experiment/*.yaml: the confirmatory family of docs/protocol.md) with their verdicts, each
 with the model of the runs it reads (summary.json's models), the estimate its deciding look tested
-(look_estimate, look_ci_*), the test that carried the verdict (rests_on) and its budget label (the plateau
-check: budget_limited and the note's count), and docs/results/claims.png, their forest plot.
+(look_estimate, look_ci_*), the test that carried the verdict (rests_on) and its budget label (summary.json's
+budget: stable, moving ..., not checkable), and docs/results/claims.png, their forest plot.
 docs/results/README.md has the same markers around every claim (primary, then exploratory) and
 `<!-- tables:begin -->` ... `<!-- tables:end -->` around each study's tables and figures, and
 `<!-- run:begin -->` ... `<!-- run:end -->` around how the record was made (run.json: its sittings, each
@@ -49,7 +49,7 @@ from normbench.summary import claims, discover, frozen
 from normbench.summary import protocol as protocols
 from normbench.summary.show import claims_table
 from normbench.summary.stats import PAIRS_LIMIT, POWER
-from normbench.summary.tables import PLATEAU_EPOCHS, PLATEAU_POINTS, PLATEAU_SHARE
+from normbench.summary.budget import MIN_POINTS
 
 EXPERIMENTS = REPO / "normbench" / "configs" / "experiment"
 RESULTS = REPO / "docs" / "results"
@@ -162,9 +162,8 @@ def _verdict(t: dict, role: str) -> str:
 
 
 MODELS = {"mlp": "MLP", "cnn": "CNN", "resnet": "ResNet", "rnn": "RNN", "transformer": "Transformer"}
-# summary.json's note, as normbench/summary/verdicts.py words it: how many runs a claim reads had not plateaued,
-# and whether a cell it reads chose its lr at its grid's edge
-MOVING = re.compile(r"budget-limited: (\d+) of (\d+) runs it reads had not plateaued")
+# summary.json's note, as normbench/summary/verdicts.py words it: whether a cell a claim reads chose its lr at its
+# grid's edge
 EDGE = re.compile(r"reads (\d+) cells? whose lr was chosen at its grid's edge")
 RESTS = {"t-test": "t-test", "exact": "exact"}  # summary.json's rests_on, as the table's test column says it
 
@@ -193,14 +192,12 @@ def _test(t: dict) -> str:
 
 
 def _budget(t: dict) -> str:
-    """The plateau check on the runs a claim reads (summary.json's budget_limited and its note): plateaued,
-    budget-limited (how many had not), or not checkable; and a cell whose lr sits at its grid's edge."""
+    """The claim's budget label (summary.json's budget): stable, moving toward a side (from where to where), or
+    not checkable (why is in docs/results/); and a cell whose lr sits at its grid's edge."""
     if not t["n"]:
         return ""
-    b = t.get("budget_limited")
-    moving = MOVING.search(t.get("note") or "")
-    text = ("not checkable" if b is None else "plateaued" if not b else
-            f"budget-limited ({moving[1]} of {moving[2]} runs still moving)" if moving else "budget-limited")
+    label = t.get("budget") or ""
+    text = "not checkable" if label.startswith("not checkable") else label
     edge = EDGE.search(t.get("note") or "")
     return text + (f"; lr at grid edge ({edge[1]} cell{'s' * (edge[1] != '1')})" if edge else "")
 
@@ -211,22 +208,20 @@ def _legend(tested: dict, rows: list[tuple[str, claims.Claim]]) -> list[str]:
     got = [(c, tested[(study, c.name)]) for study, c in rows if (study, c.name) in tested]
     held = [t for _, t in got if t["verdict"] == "held"]
     decided = [t for _, t in got if t["verdict"] in ("held", "refuted")]
-    count = {label: sum(_budget(t).startswith(label) for t in held)
-             for label in ("plateaued", "budget-limited", "not checkable")}
+    count = {label: sum(_budget(t).startswith(label) for t in held) for label in ("stable", "moving", "not checkable")}
     lines = [f"Model: the model of the runs the claim reads. a − b as tested: the pairs of the look that decided "
              f"the claim (or the last look), each seed's lr chosen on the other seeds of that look. Test: what "
              f"carried the verdict, the exact sign-flip test (it rejects too: no normality needed) or the t-test "
-             f"alone (it needs the differences' normality). Budget: the plateau check on the runs the claim reads "
-             f"(validation accuracy over a run's last {PLATEAU_SHARE:.0%} of epochs, at least two, within "
-             f"{PLATEAU_POINTS:g} points): plateaued (every run it reads that the check can judge passed), "
-             f"budget-limited (how many of its runs were still moving), or not checkable "
-             f"(runs of fewer than {PLATEAU_EPOCHS} epochs); lr at grid edge: a cell it reads chose the lowest or "
+             f"alone (it needs the differences' normality). Budget: the claim's own difference, on validation "
+             f"accuracy, over the last half of its runs' budget: stable when it moved less than the half-width of "
+             f"its last interval, moving toward the side it moved to (from where to where, in points) otherwise, "
+             f"not checkable where its runs share fewer than {MIN_POINTS} validations in that half or its metric is "
+             f"not one accuracy read alike on both sides; lr at grid edge: a cell it reads chose the lowest or "
              f"highest lr of its grid (after any widening)."]
     if held:
         lines += ["", (f"Of the {len(held)} held: {sum(t.get('rests_on') == 't-test' for t in held)} rest on the "
-                       f"t-test alone; {count['plateaued']} {'passes' if count['plateaued'] == 1 else 'pass'} the "
-                       f"plateau check, {count['budget-limited']} are budget-limited and {count['not checkable']} "
-                       "not checkable"
+                       f"t-test alone; {count['stable']} {'is' if count['stable'] == 1 else 'are'} stable, "
+                       f"{count['moving']} moving and {count['not checkable']} not checkable"
                        f"{'' if len(decided) == len(held) else f' ({len(decided) - len(held)} refuted)'}.")]
     every = [f"{c.name}, {_ci(t, c)}" for c, t in got if _differs(t, c)]
     if every:

@@ -138,7 +138,8 @@ def test_summarize_claims_end_to_end(tmp_path):
     assert {c["role"] for c in got} == {"primary"} and [c["look_seeds"] for c in got] == [[0, 1, 2, 3, 4]] * 4
     assert summary["protocol"]["name"] == "your claims" and summary["protocol"]["hypotheses"] == 8
     fields = {"name", "a", "b", "n", "estimate", "ci_low", "ci_high", "p", "p_holm", "p_exact", "verdict", "role",
-              "rests_on", "budget_limited", "look", "level", "p_exact_holm", "p_exact_refute_holm"}
+              "rests_on", "budget", "budget_path", "runs", "train_a", "train_b", "p_improve", "p_improve_low",
+              "p_improve_high", "look", "level", "p_exact_holm", "p_exact_refute_holm"}
     assert fields <= set(got[0])
     noise = [0.004, -0.006, 0.002, 0.007, -0.003]
     d = [0.80 + e / 2 - 0.70 - e for e in noise]  # gn - bn
@@ -340,8 +341,8 @@ def test_readme_claims_copy_the_checked_in_verdicts(tmp_path):
 def test_readme_table_says_model_tested_estimate_test_and_budget(tmp_path, monkeypatch):
     """Reference: summary.json's fields as verdicts.py writes them (issue 58, item 4): models, look_estimate and
     look_ci_* (the pairs the deciding look tested, here other than the estimate over every pair, as for the
-    record's two ghost_batch claims), rests_on, budget_limited and the note's count of runs not plateaued and of
-    cells at their grid's edge. The README's row shows each, the legend counts the held claims, and --check
+    record's two ghost_batch claims), rests_on, the budget label (budget.py) and the note's count of cells at their
+    grid's edge. The README's row shows each, the legend counts the held claims, and --check
     names the claim and the column a hand edit changed."""
     sys.path.insert(0, str(REPO / "scripts"))
     import readme_claims
@@ -351,22 +352,21 @@ def test_readme_table_says_model_tested_estimate_test_and_budget(tmp_path, monke
             "verdict": "held", "pairs_needed": None, "needed_to": ""}
     rows = [{**base, "study": study, "name": raw["name"], "models": ["mlp"], "estimate": 0.249, "ci_low": 0.21,
              "ci_high": 0.288, "look_estimate": 0.2526, "look_ci_low": 0.2212, "look_ci_high": 0.2841,
-             "rests_on": "t-test", "budget_limited": True,
-             "note": "budget-limited: 4 of 10 runs it reads had not plateaued (validation accuracy still moving "
-                     "over their last epochs); reads 2 cells whose lr was chosen at its grid's edge (grids to widen)"},
+             "rests_on": "t-test", "budget": "moving toward a: +21.0 → +25.3",
+             "note": "reads 2 cells whose lr was chosen at its grid's edge (grids to widen)"},
             {**base, "study": study2, "name": raw2["name"], "models": ["cnn", "mlp"], "estimate": 0.1, "ci_low": 0.05,
              "ci_high": 0.15, "look_estimate": 0.1, "look_ci_low": 0.05, "look_ci_high": 0.15, "rests_on": "exact",
-             "budget_limited": None, "note": ""}]
+             "budget": "not checkable: its metric is not one accuracy", "note": ""}]
     (tmp_path / "summary.json").write_text(json.dumps({"claims": rows}))
     text = readme_claims.section(tmp_path)
     first = next(line for line in text.splitlines() if f"| {raw['name']} |" in line)
     hypothesis = readme_claims._hypothesis(claims.parse([raw], study, study)[0])
     assert first.endswith(f"| MLP | {hypothesis} | 5 | "
                           "+25.3 [+22.1, +28.4] | 0.001 | **held** (look 2 of 3) | t-test | "
-                          "budget-limited (4 of 10 runs still moving); lr at grid edge (2 cells) |"), first
+                          "moving toward a: +21.0 → +25.3; lr at grid edge (2 cells) |"), first
     second = next(line for line in text.splitlines() if f"| {raw2['name']} |" in line)
     assert "| CNN, MLP |" in second and second.endswith("| exact | not checkable |"), second
-    assert "Of the 2 held: 1 rest on the t-test alone; 0 pass the plateau check, 1 are budget-limited" in text
+    assert "Of the 2 held: 1 rest on the t-test alone; 0 are stable, 1 moving and 1 not checkable" in text
     assert f"{raw['name']}, +24.9 [+21.0, +28.8]" in text  # the estimate over every pair, said beside
     every = readme_claims.all_claims_section(tmp_path)
     assert "| +25.3 [+22.1, +28.4] | 1e-05 | 0.001 | 1 | **held** (look 2 of 3) | t-test |" in every
@@ -470,8 +470,9 @@ def test_verdict_says_what_it_rests_on_and_its_budget(tmp_path):
     so tested in the shipped family: at 3 and 5 pairs the one-sided t-test (scipy) stays above its look's
     level after Holm (x 2 (m + 1): the m shipped claims and this one), at 10 pairs it is far below, and so is the
     exact test (every sign positive: 1/1024 x 2 (m + 1) < 0.0444 while m <= 21): held at look 3, resting on the exact
-    test. The gn runs' validation accuracy still rises over their last epochs (tables.plateaued), so the
-    verdict is budget-limited; the summary's Markdown shows the role and both, and the family line."""
+    test. The gn runs' validation accuracy still rises over the last half of their budget while bn's stays
+    flat, so the claim's own difference moves (budget.py): from -5.0 points at epoch 3 of 5 to +5.0 at the
+    last; the summary's Markdown shows the role, the verdict, the budget and the family line."""
     from normbench.summary import protocol
     from normbench.summary.show import report
 
@@ -490,14 +491,74 @@ def test_verdict_says_what_it_rests_on_and_its_budget(tmp_path):
     assert k * scipy_stats.ttest_1samp(d, 0, alternative="greater").pvalue < levels[2] and k / 1024 < levels[2]
     s = compute(tmp_path)
     (r,) = s.claims
-    assert (r.verdict, r.look, r.look_n, r.rests_on, r.budget_limited) == ("held", 3, 10, "exact", True)
+    assert (r.verdict, r.look, r.look_n, r.rests_on) == ("held", 3, 10, "exact")
+    assert r.budget == "moving toward a: -5.0 → +5.0" and r.runs == 20
+    assert [at for at, _ in r.budget_path] == [0.6, 0.8, 1.0]
     assert r.p_exact == 1 / 1024 and r.p_exact_holm == pytest.approx(k / 1024)
-    assert "budget-limited: 10 of 20 runs it reads had not plateaued" in r.note
     md = report.to_markdown(s)
-    assert "| gn beats bn | primary |" in md and "| 3/3 (0.044) | held · exact, budget-limited |" in md
+    assert "| gn beats bn | primary |" in md and "| 3/3 (0.044) | held · exact | 1.00 [1.00, 1.00] |" in md
+    assert md.split("| gn beats bn |")[1].split("\n")[0].endswith("| moving toward a: -5.0 → +5.0 |")
     assert s.protocol["hypotheses"] == k and s.protocol["spending"] == "obrien_fleming"
     assert f"family: shipped, protocol.yaml: looks at 3/5/10 pairs, α 0.00035/0.0052/0.044 (O'Brien-Fleming), " \
            f"Holm over {k} hypotheses" in md
+
+
+def _budget_runs(root, a_history, b_history, noise=(0.0, 0.004, -0.004, 0.002, -0.002)):
+    """Five seeds of gn (a) and bn (b): each run's validation history from `*_history(epoch, seed)` over epochs
+    1-8, its test accuracy the last, its training accuracy 0.9 (gn) and 0.8 (bn)."""
+    claim = {"claims": [{"name": "gn beats bn", "a": {"norm.name": "gn"}, "b": {"norm.name": "bn"},
+                         "expect": "greater"}]}
+    for seed, e in enumerate(noise):
+        for norm, history, train in (("gn", a_history, 0.9), ("bn", b_history, 0.8)):
+            h = [{"epoch": ep, "acc/val": history(ep, e)} for ep in range(1, 9)]
+            write_run(root, f"{norm}_{seed}", norm=norm, seed=seed, test_acc=h[-1]["acc/val"], train_acc=train,
+                      history=h, config=claim)
+    (r,) = compute(root).claims
+    return r
+
+
+def test_the_budget_check_reads_the_claims_own_difference_over_the_last_half(tmp_path):
+    """Reference: budget.py's rule worked by hand. Eight epochs, a validation each: the last half is epochs 4-8
+    (fractions 0.5 ... 1.0). Flat: gn leads bn by 5 points at every epoch (per-seed noise +-0.4 points, which
+    sets the last interval's half-width): stable. Moving: gn gains a point an epoch on a flat bn, from +2 at
+    epoch 4 to +6 at epoch 8: 4 points, more than that half-width, toward a. Closing: bn gains on gn: toward b.
+    Beside the verdict: each side's training accuracy, and P(a > b) as scipy's Mann-Whitney U / (n m)."""
+    flat = _budget_runs(tmp_path / "flat", lambda ep, e: 0.75 + e, lambda ep, e: 0.70)
+    assert flat.budget == "stable" and flat.runs == 10
+    assert [round(at, 3) for at, _ in flat.budget_path] == [0.5, 0.625, 0.75, 0.875, 1.0]
+    assert all(d == pytest.approx(0.05) for _, d in flat.budget_path)
+    assert (flat.train_a, flat.train_b) == (0.9, 0.8)
+    moving = _budget_runs(tmp_path / "moving", lambda ep, e: 0.70 + 0.01 * (ep - 2) + e, lambda ep, e: 0.70)
+    assert moving.budget == "moving toward a: +2.0 → +6.0"
+    closing = _budget_runs(tmp_path / "closing", lambda ep, e: 0.80 + e, lambda ep, e: 0.70 + 0.01 * ep)
+    assert closing.budget == "moving toward b: +6.0 → +2.0"
+    a = [0.75 + e for e in (0.0, 0.004, -0.004, 0.002, -0.002)]
+    assert flat.p_improve == scipy_stats.mannwhitneyu(a, [0.70] * 5).statistic / 25 == 1.0
+    lo, hi = flat.p_improve_ci
+    assert lo <= flat.p_improve <= hi
+
+
+def test_the_budget_check_counts_distinct_runs_and_says_what_it_cannot_check(tmp_path):
+    """Reference: the record's 'padding costs naive BN' claim, whose sides read the same runs through two
+    metrics (its old label said '10 of 20 runs' for 10 runs), and budget.py's rule: runs of two epochs have
+    one validation in their last half, not three. Each label counts the 5 runs once."""
+    claim = {"claims": [{"name": "padding costs bn", "a": {"norm.name": "bn", "metric": "test_acc"},
+                         "b": {"norm.name": "bn", "metric": "test_acc_train_mode"}, "expect": "greater"}]}
+    short = {"claims": [{"name": "gn beats bn", "a": {"norm.name": "gn"}, "b": {"norm.name": "bn"},
+                         "expect": "greater"}]}
+    for seed in range(5):
+        h = [{"epoch": ep, "acc/val": 0.7} for ep in (1, 2)]
+        write_run(tmp_path / "same", f"bn_{seed}", seed=seed, test_acc=0.7 + seed / 100, test_acc_train_mode=0.6,
+                  history=h, config=claim)
+        for norm in ("gn", "bn"):
+            write_run(tmp_path / "short", f"{norm}_{seed}", norm=norm, seed=seed, test_acc=0.7, history=h,
+                      config=short)
+    (same,) = compute(tmp_path / "same").claims
+    assert same.n == 5 and same.runs == 5
+    assert same.budget == "not checkable: its sides read different metrics (test_acc, test_acc_train_mode)"
+    (r,) = compute(tmp_path / "short").claims
+    assert r.runs == 10
+    assert r.budget == "not checkable: 10 of its 10 runs have fewer than 3 validations in the last half of their budget"
 
 
 def test_a_seed_chooses_only_among_the_lrs_it_ran(tmp_path):

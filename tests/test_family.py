@@ -39,7 +39,7 @@ def test_the_family_hash_is_sha256_of_its_canonical_json_and_moves_with_a_claim_
     entries = sorted(({k: getattr(c, k) for k in ("study", "name", "a", "b", "expect", "margin", "metric")}
                       for c in members), key=lambda c: (c["study"], c["name"]))
     body = json.dumps({"claims": entries, "protocol": {"alpha": 0.05, "looks": [3, 5, 10], "spending": "obrien_fleming",
-                                                       "widen_limit": 4, "seed_base": 1000}},
+                                                       "widen_limit": 4, "seed_base": 1000, "min_pairs": 5}},
                       sort_keys=True, separators=(",", ":"))
     assert family["hash"] == hashlib.sha256(body.encode()).hexdigest()
     assert frozen.freeze(members[::-1], proto, "def")["hash"] == family["hash"]  # order and commit aside

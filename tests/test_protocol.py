@@ -18,6 +18,7 @@ import pytest
 import yaml
 from scipy import stats as scipy_stats
 
+from normbench.errors import UserError
 from normbench.summary import claims, protocol, stats, verdicts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,6 +124,28 @@ def test_look_is_holm_over_the_whole_family_by_hand():
     assert alone.decisions == {}
 
 
+def test_below_min_pairs_a_look_decides_only_with_the_exact_tests_agreement():
+    """Reference: protocol.yaml's rule (docs/protocol.md, "Why a minimum of pairs"), by hand: on 3 pairs the
+    t-test's Holm p is below the look's level for both claims; under min_pairs = 5 only y, whose exact test
+    rejects too, is decided; x stays open, with the same adjusted p's. On 5 pairs, or with no minimum (the
+    2026-12-05 record's protocol, which declared none: min_pairs 2), both are."""
+    level = _proto(["x", "y"]).levels[0]
+    tested = {("s", "x"): protocol.Pvalues(level / 100, 0.9, 0.125, 0.9, 3),
+              ("s", "y"): protocol.Pvalues(level / 100, 0.9, level / 100, 0.9, 3)}
+    strict = protocol.look(tested, 0, {}, _proto(["x", "y"], min_pairs=5))
+    assert strict.new == [("s", "y")] and strict.decisions["s", "y"].rests_on == "exact"
+    assert strict.undecided == [("s", "x")]
+    assert strict.adjusted == protocol.look(tested, 0, {}, _proto(["x", "y"])).adjusted
+    assert protocol.look(tested, 0, {}, _proto(["x", "y"])).new == [("s", "x"), ("s", "y")]
+    five = {k: protocol.Pvalues(v.p, v.p_against, v.p_exact, v.p_exact_against, 5) for k, v in tested.items()}
+    assert protocol.look(five, 0, {}, _proto(["x", "y"], min_pairs=5)).new == [("s", "x"), ("s", "y")]
+    assert protocol.load().min_pairs == 5
+    assert protocol.Protocol().with_numbers({"alpha": 0.05, "looks": [3, 5, 10], "spending": "obrien_fleming",
+                                             "widen_limit": 4, "seed_base": 1000}).min_pairs == 2
+    with pytest.raises(UserError, match="min_pairs"):
+        _proto(["x"], min_pairs=1)
+
+
 def test_a_decided_claim_stays_decided():
     """Reference: the protocol's rule: a claim held at look 1 stays held at look 2 whatever its later data
     (here they point the other way); only the undecided one is left for the next round (which trains its
@@ -181,11 +204,13 @@ def simulate(families: int, true_effects: int, spending: str, seed: int = 0, exa
     expectations; per-seed differences N(μ, 1), μ at the null's boundary, or `size` standard deviations in
     the expected direction for the first `true_effects` one-sided claims): at each look the first looks[r] differences of every
     undecided claim go through verdicts.pvalues (the function that computes a claim's p-values for
-    summarize) and protocol.decide (the core of protocol.look), decided claims staying decided.
+    summarize) and protocol.decide (the core of protocol.look), decided claims staying decided, and a look on
+    fewer pairs than the protocol's min_pairs deciding only where the exact test agrees.
     Returns (wrong: bool per family, held_by_look: (looks, families, m) cumulative held, true: bool per
     claim, exact_share: the share of true claims' held verdicts resting on the exact test, with `exact`)."""
     proto = protocol.load()
-    proto = protocol.Protocol(proto.alpha, proto.looks, spending, proto.widen_limit, proto.family)
+    proto = protocol.Protocol(proto.alpha, proto.looks, spending, proto.widen_limit, proto.family,
+                              min_pairs=proto.min_pairs)
     shipped = {c.key: c for path in sorted(EXPERIMENTS.glob("*.yaml"))
                for c in claims.parse(yaml.safe_load(path.read_text())["claims"], path.name, path.stem)}
     expect = [shipped[k].expect for k in proto.family]
@@ -209,8 +234,13 @@ def simulate(families: int, true_effects: int, spending: str, seed: int = 0, exa
             p[:, cols], pa[:, cols] = got[0], got[1]
             if exact:
                 pe[:, cols], pea[:, cols] = got[2], got[3]
-        out = protocol.decide(p, pa, proto.levels[index], held | refuted, pe if exact else None,
-                              pea if exact else None)
+        few = np.full(p.shape, n < proto.min_pairs)
+        if few.any() and not exact:  # below min_pairs a decision needs the exact test's agreement
+            for e in set(expect):
+                cols = [k for k in range(m) if expect[k] == e]
+                got = verdicts.pvalues(d[:, cols, :n], e, margin if e == "equivalent" else 0.0)
+                pe[:, cols], pea[:, cols] = got[2], got[3]
+        out = protocol.decide(p, pa, proto.levels[index], held | refuted, pe, pea, few)
         held |= out["held"]
         refuted |= out["refuted"]
         if exact:

@@ -41,7 +41,7 @@ def test_a_study_file_without_looks_takes_the_shipped_looks(tmp_path):
     text = EXAMPLE.read_text().replace("protocol: {looks: [3, 5], alpha: 0.05}", "protocol: {alpha: 0.01}")
     (tmp_path / "s.yaml").write_text(text)
     proto = load_file(tmp_path / "s.yaml").protocol
-    assert proto.looks == protocol.shipped_looks() and proto.alpha == 0.01
+    assert list(proto.looks) == protocol.shipped_rounds()["looks"] and proto.alpha == 0.01
 
 
 def test_a_study_file_without_scales_runs_as_written_at_any_scale(tmp_path):

@@ -423,29 +423,6 @@ def test_select_needs_a_swept_key(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "do not vary lr" in r.stderr
 
 
-def test_plateau_criterion_by_hand():
-    """Reference: the criterion written out: the last 20% of epochs (2 of 10) must span <= 0.5 points of
-    validation accuracy; fewer than 5 epochs cannot be checked."""
-    from normbench.summary.tables import plateau_note, plateaued
-
-    def history(accs):
-        return [{"epoch": i + 1, "acc/val": a} for i, a in enumerate(accs)]
-
-    assert plateaued(history([0.5, 0.6, 0.7, 0.75, 0.8, 0.82, 0.83, 0.84, 0.845, 0.849])) is True  # 0.4 points
-    assert plateaued(history([0.5, 0.6, 0.7, 0.75, 0.8, 0.82, 0.83, 0.84, 0.84, 0.846])) is False  # 0.6 points
-    assert plateaued(history([0.5, 0.6, 0.7])) is None
-    # 6 epochs: 20% rounds to one epoch, which spans nothing; the last two are compared (0.6 points apart)
-    assert plateaued(history([0.5, 0.6, 0.7, 0.75, 0.80, 0.806])) is False
-    # validations=10 over 54 epochs (train/budget.validates: after epochs 6, 11, ..., 44, 49, 54): the passes in
-    # the last 11 epochs (> 43) are 44, 49 and 54
-    spread = [{"epoch": e, "acc/val": a} for e, a in zip([6, 11, 17, 22, 27, 33, 38, 44, 49, 54],
-                                                         [0.5, 0.6, 0.7, 0.75, 0.8, 0.82, 0.83, 0.8, 0.84, 0.844])]
-    assert plateaued(spread) is False  # 0.80 at epoch 44 is in the stretch: 4.4 points
-    assert plateaued(spread[:7] + [{"epoch": 44, "acc/val": 0.84}] + spread[8:]) is True  # 0.4 points
-    assert plateaued([{"epoch": 5, "acc/val": 0.8}, {"epoch": 10, "acc/val": 0.9}]) is None  # one pass in 9-10
-    assert plateau_note([True, False, None]).endswith(": 1 of 2 runs (1 not checkable)")
-
-
 @pytest.mark.parametrize("split, computations", [("per_seed", 2), ("fixed", 1)])
 def test_costs_count_each_seed_group_of_a_pack(tmp_path, split, computations):
     """Reference: a pack recorded before members with their own data trained together (no `computations` in

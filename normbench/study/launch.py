@@ -59,7 +59,7 @@ def hold(out: Path, what: str) -> None:
     except OSError as e:
         if e.errno != errno.ELOOP:
             raise
-        raise UserError(f"{out / LOCK} is a symbolic link", f"delete it: a study writes its lock there") from None
+        raise UserError(f"{out / LOCK} is a symbolic link", "delete it: a study writes its lock there") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

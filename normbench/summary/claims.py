@@ -148,7 +148,13 @@ class ClaimResult:
     look_ci: tuple[float, float] | None = None  # ... and its 95% t-interval: what the verdict read
     level: float | None = None  # that look's share of alpha
     rests_on: str = ""  # held/refuted: "exact" or "t-test"
-    budget_limited: bool | None = None  # a run it reads failed the plateau check (None: none checkable)
+    budget: str = ""  # did its difference still move over the budget's last half (budget.py): stable, moving ...
+    budget_path: list = field(default_factory=list)  # ... [[budget fraction, mean a - b on validation], ...]
+    runs: int = 0  # the distinct runs it reads (both sides may read one run, through two metrics)
+    train_a: float | None = None  # mean training accuracy of each side's own runs
+    train_b: float | None = None
+    p_improve: float | None = None  # P(a > b) over seeds (stats.probability_of_improvement)
+    p_improve_ci: tuple[float, float] | None = None  # ... its 95% bootstrap interval
     models: list[str] = field(default_factory=list)  # model.name of the runs it reads
     at_chance: list[str] = field(default_factory=list)  # the diverged runs scored at chance
     pairs_needed: int | None = None  # primary, undecided at the last look: pairs to decide it (stats.pairs_needed)
@@ -162,6 +168,7 @@ class ClaimResult:
         lo, hi = self.ci or (None, None)
         blo, bhi = self.bootstrap or (None, None)
         llo, lhi = self.look_ci or (None, None)
+        plo, phi = self.p_improve_ci or (None, None)
         return {"name": c.name, "study": c.study, "role": self.role, "a": c.a, "b": c.b, "expect": c.expect,
                 "margin": c.margin, "metric": c.metric_of(c.a), "n": self.n, "seeds": self.seeds,
                 "mean_a": self.mean_a, "mean_b": self.mean_b, "metric_b": c.metric_of(c.b), "estimate": self.estimate,
@@ -170,8 +177,9 @@ class ClaimResult:
                 "p_refute_holm": self.p_refute, "p_exact_refute_holm": self.p_exact_refute, "look": self.look,
                 "looks": self.looks, "look_n": self.look_n, "look_seeds": self.look_seeds,
                 "look_estimate": self.look_estimate, "look_ci_low": llo, "look_ci_high": lhi, "level": self.level,
-                "verdict": self.verdict, "rests_on": self.rests_on, "budget_limited": self.budget_limited,
-                "models": self.models,
+                "verdict": self.verdict, "rests_on": self.rests_on, "budget": self.budget,
+                "budget_path": self.budget_path, "runs": self.runs, "train_a": self.train_a, "train_b": self.train_b,
+                "p_improve": self.p_improve, "p_improve_low": plo, "p_improve_high": phi, "models": self.models,
                 "at_chance": self.at_chance, "pairs_needed": self.pairs_needed, "needed_to": self.needed_to,
                 "note": self.note}
 
@@ -294,13 +302,12 @@ def load_file(path) -> ClaimsFile:
     if isinstance(raw, dict) and (unknown := sorted(set(raw) - set(FILE_KEYS) - set(STUDY_KEYS if study else ()))):
         raise UserError(f"--claims {path}: unknown key(s) {', '.join(unknown)}",
                         "give `claims:` (a list of claims) and, optionally, `protocol:` (alpha, looks, spending, "
-                        "seed_base)")
+                        "seed_base, min_pairs)")
     found = parse(raw.get("claims") if isinstance(raw, dict) else raw, str(path), default_role="primary")
     family = [c.key for c in found if c.role == "primary"]
     declared = raw.get("protocol") if isinstance(raw, dict) else None
     if study and isinstance(declared or {}, dict):  # a study trains its own seeds: the shipped rounds' by default
-        declared = {"looks": list(protocol.shipped_looks()), "seed_base": protocol.shipped_seed_base(),
-                    **(declared or {})}
+        declared = {**protocol.shipped_rounds(), **(declared or {})}
     own = protocol.of_claims_file(declared, path.name, family)
     return ClaimsFile(found, own)
 

@@ -20,9 +20,9 @@ chooses their lrs among them alone), so a later round's runs never change an ear
 protocol's seeds start at 1000, apart from the seeds 0-9 that pilots and every record before issue 58
 trained (a protocol that declares no seed_base starts at 0, as those did). Each claim that has run those
 seeds and is still undecided gives its two p-values; every other member of the family counts with p = 1
-(untested, not yet run, or decided earlier). Holm's step-down
-(Holm 1979) over the whole family of 2 m hypotheses at the look's level α_r decides: held (the claim's
-hypothesis rejected), refuted (its opposite), else undecided. A decided claim stays decided.
+(untested, not yet run, or decided earlier). Holm's step-down (Holm 1979) over the whole family of 2 m
+hypotheses at the look's level α_r decides: held (the claim's hypothesis rejected), refuted (its opposite),
+else undecided; on fewer than `min_pairs` pairs only where the exact test rejects too. Decided stays decided.
 
 Why the family-wise error over all looks is at most α: at one look, Holm over 2 m valid p-values rejects a
 true null with probability at most α_r whatever the other hypotheses are; replacing some p-values by 1 only
@@ -36,10 +36,9 @@ the information fraction; look r is tested at the increment α(t_r) − α(t_{r�
 own (valid by the union bound above, so more conservative than the usual group-sequential boundary, which
 also credits the looks' correlation).
 
-The t-test decides (its p-values enter Holm); the exact sign-flip test runs over the same 2 m hypotheses at
-the same level, and a verdict `rests on` the exact test when it too rejects (the verdict does not need
-normality), on the t-test otherwise. `decide` is the vectorized core that `look` calls: the simulation in
-tests/test_protocol.py runs it on 10,000 synthetic families at once.
+The t-test decides; the exact sign-flip test runs over the same 2 m hypotheses at the same level, and a
+verdict `rests on` it when it too rejects (no normality needed). `decide`, the vectorized core of `look`, is
+what tests/test_protocol.py's simulation runs on 10,000 synthetic families at once.
 """
 
 from __future__ import annotations
@@ -75,6 +74,7 @@ class Protocol:
     # the first confirmatory seed: round 1 trains seed_base .. seed_base + looks[0] - 1 (0: the seeds of every
     # record before fresh seeds were declared, and of a protocol that declares none)
     seed_base: int = 0
+    min_pairs: int = 2  # fewer pairs decide only with the exact test's agreement (2: no such rule, as records before)
 
     def __post_init__(self) -> None:
         where = f"{self.source}: protocol" if self.name != "shipped" else "protocol"
@@ -90,6 +90,8 @@ class Protocol:
             raise UserError(f"{where}: alpha={self.alpha} is not in (0, 1)", "e.g. alpha: 0.05")
         if isinstance(self.seed_base, bool) or not isinstance(self.seed_base, int) or not 0 <= self.seed_base < 2**31:
             raise UserError(f"{where}: seed_base={self.seed_base!r} is not a seed", "e.g. seed_base: 1000")
+        if isinstance(self.min_pairs, bool) or self.min_pairs not in range(2, MAX_PAIRS + 1):
+            raise UserError(f"{where}: min_pairs={self.min_pairs!r} is not a count of pairs", "e.g. min_pairs: 5")
 
     @property
     def planned(self) -> int:
@@ -109,7 +111,7 @@ class Protocol:
     def numbers(self) -> dict[str, Any]:
         """The numbers a study pins in its study.json at its first run (and hashes with its family)."""
         return {"alpha": self.alpha, "looks": list(self.looks), "spending": self.spending,
-                "widen_limit": self.widen_limit, "seed_base": self.seed_base}
+                "widen_limit": self.widen_limit, "seed_base": self.seed_base, "min_pairs": self.min_pairs}
 
     def with_numbers(self, pinned: dict[str, Any], source: str | None = None) -> Protocol:
         """This protocol's family under the numbers a study pinned (study.json's `protocol`, `pinned`): what a
@@ -117,20 +119,21 @@ class Protocol:
         pinned = numbers_of(pinned)
         return replace(self, alpha=float(pinned["alpha"]), looks=tuple(int(n) for n in pinned["looks"]),
                        spending=str(pinned["spending"]), widen_limit=int(pinned["widen_limit"]),
-                       seed_base=int(pinned["seed_base"]), source=source or self.source)
+                       seed_base=int(pinned["seed_base"]), min_pairs=int(pinned["min_pairs"]),
+                       source=source or self.source)
 
     def describe(self) -> dict[str, Any]:
         """summary.json's `protocol`: the numbers, the family, and whose family it is (name, source)."""
         return {"alpha": self.alpha, "looks": list(self.looks), "spending": self.spending,
                 "levels": [float(f"{a:.6g}") for a in self.levels], "widen_limit": self.widen_limit,
                 "family": [list(k) for k in self.family], "hypotheses": 2 * len(self.family),
-                "name": self.name, "source": self.source, "seed_base": self.seed_base}
+                "name": self.name, "source": self.source, "seed_base": self.seed_base, "min_pairs": self.min_pairs}
 
 
 def numbers_of(pinned: dict[str, Any]) -> dict[str, Any]:
     """A study.json's pinned `protocol` as Protocol.numbers() gives it: a study started before the seed base
-    was declared pinned none, and trained from seed 0."""
-    return {"seed_base": 0, **pinned}
+    was declared pinned none, and trained from seed 0; one before min_pairs, none (2: any look decides)."""
+    return {"seed_base": 0, "min_pairs": 2, **pinned}
 
 
 def _phi(z: float) -> float:
@@ -183,10 +186,10 @@ def load(path: Path = PATH, experiments: Path = EXPERIMENTS) -> Protocol:
     if not isinstance(raw, dict):
         raise UserError(f"{path}: a protocol is a mapping (alpha, looks, spending, widen_limit, seed_base)",
                         "see normbench/configs/protocol.yaml")
-    unknown = set(raw) - {"alpha", "looks", "spending", "widen_limit", "seed_base"}
+    unknown = set(raw) - {"alpha", "looks", "spending", "widen_limit", "seed_base", "min_pairs"}
     if unknown:
         raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}",
-                        "use alpha, looks, spending, widen_limit, seed_base")
+                        "use alpha, looks, spending, widen_limit, seed_base, min_pairs")
     if not raw.get("looks", (3, 5, 10)):  # a study trains its seeds in rounds: it needs them declared
         raise UserError(f"{path}: looks is empty", "declare the pairs at each look, e.g. looks: [3, 5, 10]")
     try:
@@ -197,20 +200,17 @@ def load(path: Path = PATH, experiments: Path = EXPERIMENTS) -> Protocol:
     if not 0 <= widen <= 10:
         raise UserError(f"{path}: widen_limit={widen} is not from 0 to 10", "e.g. widen_limit: 2")
     return Protocol(alpha, looks, str(raw.get("spending", "obrien_fleming")), widen,
-                    shipped_family(Path(experiments)), source=Path(path).name, seed_base=raw.get("seed_base", 0))
+                    shipped_family(Path(experiments)), source=Path(path).name, seed_base=raw.get("seed_base", 0),
+                    min_pairs=raw.get("min_pairs", 2))
 
 
-OWN_KEYS = ("alpha", "looks", "spending", "seed_base")  # what a --claims file's `protocol:` may declare
+OWN_KEYS = ("alpha", "looks", "spending", "seed_base", "min_pairs")  # what a --claims file's `protocol:` may declare
 
 
-def shipped_looks(path: Path = PATH) -> tuple[int, ...]:
-    """The pairs at each look protocol.yaml declares (its numbers only: no experiment is read)."""
-    return tuple(_shipped(path).get("looks", (3, 5, 10)))
-
-
-def shipped_seed_base(path: Path = PATH) -> int:
-    """The first confirmatory seed protocol.yaml declares (0 where it declares none)."""
-    return int(_shipped(path).get("seed_base", 0))
+def shipped_rounds(path: Path = PATH) -> dict[str, Any]:
+    """The rounds protocol.yaml declares, its looks and seed_base (0 where none), no experiment read."""
+    raw = _shipped(path)
+    return {"looks": list(raw.get("looks", (3, 5, 10))), "seed_base": int(raw.get("seed_base", 0))}
 
 
 def _shipped(path: Path) -> dict:
@@ -221,7 +221,7 @@ def _shipped(path: Path) -> dict:
 
 def of_claims_file(raw: Any, source: str, family) -> Protocol:
     """The protocol of a --claims file's own family (`family`: its confirmatory claims' keys): the file's
-    `protocol:` mapping (protocol.yaml's alpha, looks, spending, seed_base; any it leaves out at the
+    `protocol:` mapping (protocol.yaml's alpha, looks, spending, seed_base, min_pairs; any it leaves out at the
     defaults, except looks: without them one look at every seed the runs have; seed_base: 0, the seeds of a
     sweep of one's own), or, with none, that one look at α = 0.05. A UserError naming the file for a
     malformed mapping."""
@@ -242,18 +242,20 @@ def of_claims_file(raw: Any, source: str, family) -> Protocol:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
         raise UserError(f"{source}: protocol: alpha={alpha!r} is not a number", "e.g. alpha: 0.05")
     return Protocol(float(alpha), tuple(looks), str(raw.get("spending", "obrien_fleming")), family=tuple(family),
-                    name="your claims", source=source, seed_base=raw.get("seed_base", 0))
+                    name="your claims", source=source, seed_base=raw.get("seed_base", 0),
+                    min_pairs=raw.get("min_pairs", 2))
 
 
 # --- one look -------------------------------------------------------------------------------------------
 
-def decide(p_for, p_against, level: float, decided=None, exact_for=None, exact_against=None) -> dict:
+def decide(p_for, p_against, level: float, decided=None, exact_for=None, exact_against=None, few=None) -> dict:
     """One look at many families at once. `p_for`, `p_against`: arrays (..., m), each member's t-test p
     of its hypothesis and of the opposite one (1 where untested); `decided`: bool (..., m), members decided
     at an earlier look (they count with p = 1 and are not decided again). Holm over the 2 m hypotheses at
     `level`. Returns arrays (..., m): held, refuted (new decisions only), p_holm, p_refute_holm (Holm-adjusted)
     and, given the exact p's, p_exact_holm, p_exact_refute_holm, and exact (the exact test also rejects
-    the decided direction at `level`)."""
+    the decided direction at `level`). `few`: bool (..., m), members read on fewer pairs than the protocol's
+    min_pairs: decided only where the exact test agrees (dropping a rejection keeps the error below α)."""
     import numpy as np
 
     from normbench.summary import stats
@@ -277,6 +279,10 @@ def decide(p_for, p_against, level: float, decided=None, exact_for=None, exact_a
                                     np.asarray(exact_against, dtype=np.float64))
         out.update(p_exact_holm=e_for, p_exact_refute_holm=e_against,
                    exact=(held & (e_for < level)) | (refuted & (e_against < level)))
+    if few is not None:
+        agree = out.get("exact", np.zeros_like(held))
+        keep = ~np.asarray(few, dtype=bool) | agree
+        out.update(held=held & keep, refuted=refuted & keep)
     return out
 
 
@@ -330,7 +336,8 @@ def look(tested: dict[Key, Pvalues], index: int, state: dict[Key, Decision], pro
             e_for[i] = 1.0 if t.p_exact is None else t.p_exact
             e_against[i] = 1.0 if t.p_exact_against is None else t.p_exact_against
     decided = np.array([k in state for k in family], dtype=bool)
-    out = decide(p_for, p_against, level, decided, e_for, e_against)
+    few = np.array([k in tested and tested[k].n < proto.min_pairs for k in family], dtype=bool)
+    out = decide(p_for, p_against, level, decided, e_for, e_against, few)
     decisions = dict(state)
     new = []
     for i, key in enumerate(family):

@@ -264,3 +264,29 @@ def bootstrap_interval(d: list[float], level: float = LEVEL, resamples: int = 10
                                   confidence_level=level, method="percentile",
                                   random_state=np.random.default_rng(seed)).confidence_interval
     return float(ci.low), float(ci.high)
+
+
+def probability_of_improvement(a: list[float], b: list[float], level: float = LEVEL, resamples: int = 10_000,
+                               seed: int = 0) -> tuple[float | None, tuple[float, float] | None]:
+    """P(a > b): the chance that a run of a beats a run of b, over every pair of their seeds' values (ties
+    count half), Mann-Whitney's U / (n m) as rliable's probability of improvement (Agarwal et al. 2021); and
+    its percentile bootstrap interval, each side resampled on its own (rliable's stratified bootstrap), from
+    a fixed seed. (None, None) without values; no interval below two values a side."""
+    import numpy as np
+
+    if not a or not b:
+        return None, None
+
+    def prob(x, y, axis=-1):
+        x, y = np.moveaxis(x, axis, -1), np.moveaxis(y, axis, -1)
+        diff = x[..., :, None] - y[..., None, :]
+        return ((diff > 0) + 0.5 * (diff == 0)).mean(axis=(-2, -1))
+
+    point = float(prob(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)))
+    if len(a) < 2 or len(b) < 2:
+        return point, None
+    ci = _scipy_stats().bootstrap((np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)), prob,
+                                  n_resamples=resamples, confidence_level=level, method="percentile",
+                                  vectorized=True, paired=False,
+                                  random_state=np.random.default_rng(seed)).confidence_interval
+    return point, (float(ci.low), float(ci.high))

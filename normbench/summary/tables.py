@@ -36,7 +36,6 @@ def build_tables(runs: list[Run], labels: dict[Path, str], ref: str = "bn") -> l
 
     # table key -> column -> the (steps, batch size) of its runs, for the budget note
     steps: dict[tuple, dict[str, set[tuple[int, int]]]] = defaultdict(lambda: defaultdict(set))
-    flat: dict[tuple, dict[Path, bool | None]] = defaultdict(dict)  # table key -> run -> plateaued
     measured: dict[tuple, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))  # varlen: label -> results
     for run in runs:
         if run.status == "completed":
@@ -46,7 +45,6 @@ def build_tables(runs: list[Run], labels: dict[Path, str], ref: str = "bn") -> l
                     steps[t.kind, t.study, t.data, t.model, t.metric][col].add(
                         (run.results["steps"], run.config.get("batch_size") or 0))
                 t.cells.setdefault((labels[run.path], col), Entry()).add(run.config.get("seed", 0), acc, run.path)
-                flat[t.kind, t.study, t.data, t.model, t.metric][run.path] = plateaued(run.results.get("history"))
                 vpc = run.results.get("norm_values_per_channel")
                 if not run.varlen and isinstance(vpc, int):
                     t.values_per_channel.setdefault((labels[run.path], col), set()).add(vpc)
@@ -71,8 +69,6 @@ def build_tables(runs: list[Run], labels: dict[Path, str], ref: str = "bn") -> l
         t.cols = sorted({c for _, c in t.cells}, key=col_key)
         if steps.get(key):
             t.notes.append(budget_note(t, steps[key]))
-        if flat.get(key):
-            t.notes.append(plateau_note(list(flat[key].values())))
         if t.kind == VARLEN and t.metric == "test_acc":
             t.notes += varlen_notes(measured[key[:4]])
         if t.metric == "test_acc":
@@ -95,36 +91,6 @@ def budget_note(t: Table, steps: dict[str, set[tuple[int, int]]]) -> str:
         return f"{seen}, {span([n for n, _ in every])} steps"
     per_col = ", ".join(f"{span([n for n, _ in steps[c]])} at {c}" for c in t.cols if c in steps)
     return f"{seen}; steps: {per_col}"
-
-
-PLATEAU_SHARE, PLATEAU_POINTS, PLATEAU_EPOCHS = 0.2, 0.5, 5
-
-
-def plateaued(history) -> bool | None:
-    """Has the run's validation accuracy flattened: do the passes in its last 20% of epochs (at least two
-    epochs: one epoch spans nothing, so the check could not fail) span at most 0.5 points? None for runs of
-    fewer than 5 epochs, or with fewer than two passes in that stretch (`validations` spread them thinner).
-    With a pass every epoch that is the last 20% of its history; with `validations`, the passes inside the
-    same last fifth of the run (epochs 44, 49 and 54 of 54 with validations=10)."""
-    passes = [(h.get("epoch", i + 1), h["acc/val"]) for i, h in enumerate(history or [])
-              if isinstance(h.get("acc/val"), (int, float))]
-    if not passes or passes[-1][0] < PLATEAU_EPOCHS:
-        return None
-    last = passes[-1][0]
-    tail = [acc for epoch, acc in passes if epoch > last - max(2, round(PLATEAU_SHARE * last))]
-    if len(tail) < 2:
-        return None
-    return 100 * (max(tail) - min(tail)) <= PLATEAU_POINTS
-
-
-def plateau_note(flags: list[bool | None]) -> str:
-    rule = (f"plateau: validation accuracy over a run's last {PLATEAU_SHARE:.0%} of epochs (at least two) within "
-            f"{PLATEAU_POINTS:g} points")
-    checked = [f for f in flags if f is not None]
-    if not checked:
-        return f"{rule}: not checkable (runs of fewer than {PLATEAU_EPOCHS} epochs, or one pass in that stretch)"
-    return f"{rule}: {sum(checked)} of {len(checked)} runs" + (
-        f" ({len(flags) - len(checked)} not checkable)" if len(checked) < len(flags) else "")
 
 
 def _mean(values: list) -> float | None:

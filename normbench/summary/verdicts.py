@@ -28,8 +28,8 @@ seed: at once, with the pairs it has). Each look tests the undecided claims that
 - exploratory: a claim outside the family: its estimate, interval and unadjusted p over every pair, no verdict.
 
 A verdict rests on the exact test when the exact test rejects the same hypothesis at the same level (no
-normality needed), on the t-test otherwise; it is budget-limited when a run it reads failed the plateau
-check (tables.plateaued: its validation accuracy still moving over the last epochs).
+normality needed), on the t-test otherwise. Beside it: whether the claim's own difference still moved over
+the last half of the budget (budget.py), each side's training accuracy, and P(a > b) over seeds.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from normbench.summary import lr_sensitivity, stats
+from normbench.summary import budget, lr_sensitivity, stats
 from normbench.summary.claims import MINUS, Claim, ClaimResult
 from normbench.summary import metrics
 from normbench.summary.metrics import matches
@@ -73,6 +73,7 @@ class _Side:
     note: str = ""
     read: list[Run] = field(default_factory=list)  # the runs whose numbers entered `values`
     at_chance: list[Run] = field(default_factory=list)
+    terms: dict[int, list[tuple[float, Run]]] = field(default_factory=dict)  # seed -> its run (+1), minus's (-1)
 
 
 def _side(claim: Claim, side: dict[str, Any], runs: list[Run], grid: list[Run]) -> _Side:
@@ -95,7 +96,9 @@ def _side(claim: Claim, side: dict[str, Any], runs: list[Run], grid: list[Run]) 
     seeds = set(own.values) & set(less.values)
     return _Side({s: own.values[s] - less.values[s] for s in sorted(seeds)}, "; ".join(filter(None, notes)),
                  [r for r in own.read + less.read if _seed(r) in seeds],
-                 [r for r in own.at_chance + less.at_chance if _seed(r) in seeds])
+                 [r for r in own.at_chance + less.at_chance if _seed(r) in seeds],
+                 {s: own.terms[s] + [(-w, r) for w, r in less.terms[s]] for s in seeds
+                  if s in own.terms and s in less.terms})
 
 
 def _cell(claim: Claim, side: dict[str, Any], runs: list[Run], grid: list[Run]) -> _Side:
@@ -143,6 +146,7 @@ def _cell(claim: Claim, side: dict[str, Any], runs: list[Run], grid: list[Run]) 
         if v is not None:
             out.values[seed] = v
             out.read.append(run)
+            out.terms[seed] = [(1.0, run)]
     notes.insert(0, _chance_note(out.at_chance))  # counted, not dropped: dropping favours the less stable side
     if lost:  # a failed seed leaves the pairs: not the model's doing
         notes.append(", ".join(f"seed {s} {r.status} ({r.path.name})" for s, r in sorted(lost.items()))
@@ -193,21 +197,12 @@ def pvalues(d, expect: str, margin: float = 0.0, exact: bool = True):
     return p, p_against, stats.sign_flip_many(d, expect, margin), against(stats.sign_flip_many)
 
 
-def _plateau(runs: list[Run]) -> tuple[bool | None, str]:
-    """budget-limited: a run the claim reads has not plateaued (tables.plateaued); None when none is checkable."""
-    from normbench.summary.tables import PLATEAU_EPOCHS, plateaued
-
-    flags = [plateaued(r.results.get("history")) for r in runs]
-    checked = [f for f in flags if f is not None]
-    if not checked:
-        return None, ""
-    moving = checked.count(False)
-    if not moving:
-        return False, ""
-    return True, (f"budget-limited: {moving} of {len(checked)} runs it reads had not plateaued (validation accuracy "
-                  f"still moving over their last epochs)" +
-                  (f", {len(flags) - len(checked)} not checkable (< {PLATEAU_EPOCHS} epochs, or one pass in the last 20%)"
-                   if len(checked) < len(flags) else ""))
+def _train_acc(side: _Side, seeds: set[int]) -> float | None:
+    """The mean training accuracy of a side's own runs at `seeds` (not its minus cell's): beside a verdict, it
+    shows at once whether a side underfits."""
+    values = [float(r.results["train_acc"]) for s in seeds for w, r in side.terms.get(s, [])
+              if w > 0 and isinstance(r.results.get("train_acc"), (int, float))]
+    return statistics.fmean(values) if values else None
 
 
 def _one(claim: Claim, runs: list[Run], grid: list[Run]) -> ClaimResult:
@@ -227,18 +222,20 @@ def _one(claim: Claim, runs: list[Run], grid: list[Run]) -> ClaimResult:
     paired = set(res.seeds)
     res.at_chance = [str(r.path) for x in (a, b) for r in x.at_chance if _seed(r) in paired]
     read = [r for x in (a, b) for r in x.read if _seed(r) in paired and r.status == "completed"]
-    res.budget_limited, budget = _plateau(read)
+    res.runs = len({r.path for x in (a, b) for r in x.read if _seed(r) in paired})  # both sides may read one run
+    res.budget, res.budget_path = budget.check(claim, a.terms, b.terms, res.seeds)
+    res.train_a, res.train_b = _train_acc(a, paired), _train_acc(b, paired)
     res.models = sorted({str(r.config["model.name"]) for r in read if r.config.get("model.name")})
     xa, xb = [a.values[s] for s in res.seeds], [b.values[s] for s in res.seeds]
     res.diffs = [x - y for x, y in zip(xa, xb)]
     res.mean_a, res.mean_b, res.estimate = statistics.fmean(xa), statistics.fmean(xb), statistics.fmean(res.diffs)
     res.ci, res.bootstrap = stats.t_interval(res.diffs), stats.bootstrap_interval(res.diffs)
+    res.p_improve, res.p_improve_ci = stats.probability_of_improvement(xa, xb)
     if res.n >= 2:
         tests = pvalues(res.diffs, claim.expect, claim.margin / claim.scale)
         res.p, res.p_against, res.p_exact, res.p_exact_against = (float(t) for t in tests)
     else:
         res.note = "; ".join(filter(None, [res.note, "one pair: no test"]))
-    res.note = "; ".join(filter(None, [res.note, budget]))
     return res
 
 

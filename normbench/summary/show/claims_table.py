@@ -9,7 +9,8 @@ Markdown and HTML (every statistic), claims.csv, and the terminal's table, which
     lines = markdown_lines(summary); text = to_claims_csv(summary)
 
 A claim's numbers in points for accuracies (its metric's unit otherwise); its verdict with what it rests
-on (`held · exact`, `held · t-test`, `budget-limited`) and the look that decided it or last tested it.
+on (`held · exact`, `held · t-test`) and the look that decided it or last tested it; beside it P(a > b), each
+side's training accuracy and the budget check (budget.py: `stable`, `moving toward a: ...`, `not checkable`).
 Why the terminal's table is compact: at 13 columns it was 260-330 characters wide, so a terminal squeezed
 the claims' names to nothing; it keeps the estimate, the p that decides, the look and the verdict, drops
 its interval and then the look where a terminal is narrower still, and numbers the claims so that the notes
@@ -60,16 +61,27 @@ def _p(p: float | None) -> str:
 
 
 CLAIMS_HEADER = ["claim", "role", "hypothesis", "n", "a", "b", f"a − b [{LEVEL_TEXT} t]", "bootstrap", "p", "p (Holm)",
-                 "exact p (Holm)", "look (α)", "verdict"]
-CLAIMS_COMPACT = [0, 6, 9, 12]  # the columns the HTML's first screen shows
+                 "exact p (Holm)", "look (α)", "verdict", "P(a > b)", "train a / b", "budget"]
+CLAIMS_COMPACT = [0, 6, 9, 12, 15]  # the columns the HTML's first screen shows
 
 
 def verdict_text(r: ClaimResult) -> str:
-    """'held · t-test', 'refuted · exact, budget-limited', 'inconclusive', 'exploratory': the verdict and
-    what it rests on."""
-    rests = [r.rests_on] if r.verdict in ("held", "refuted") and r.rests_on else []
-    rests += ["budget-limited"] * bool(r.budget_limited and r.verdict != "exploratory")
-    return r.verdict + (f" · {', '.join(rests)}" if rests else "")
+    """'held · t-test', 'refuted · exact', 'inconclusive', 'exploratory': the verdict and what it rests on."""
+    return r.verdict + (f" · {r.rests_on}" if r.verdict in ("held", "refuted") and r.rests_on else "")
+
+
+def _improve(r: ClaimResult) -> str:
+    """'0.82 [0.52, 1.00]': P(a > b) and its bootstrap interval."""
+    if r.p_improve is None:
+        return ""
+    return f"{r.p_improve:.2f}" + (f" [{r.p_improve_ci[0]:.2f}, {r.p_improve_ci[1]:.2f}]" if r.p_improve_ci else "")
+
+
+def _train(r: ClaimResult) -> str:
+    """'79.1 / 84.0': each side's mean training accuracy, in percent."""
+    if r.train_a is None and r.train_b is None:
+        return ""
+    return " / ".join("–" if v is None else f"{100 * v:.1f}" for v in (r.train_a, r.train_b))
 
 
 def _look(r: ClaimResult) -> str:
@@ -84,7 +96,7 @@ def claims_rows(s: Summary) -> list[list[str]]:
         boot = f"[{_num(r, r.bootstrap[0])}, {_num(r, r.bootstrap[1])}]" if r.bootstrap else ""
         rows.append([r.claim.name, r.role, hypothesis(r.claim), str(r.n), _num(r, r.mean_a, False),
                      _num(r, r.mean_b, False), _num(r, r.estimate) + ci, boot, _p(r.p), _p(r.p_holm),
-                     _p(r.p_exact_holm), _look(r), verdict_text(r)])
+                     _p(r.p_exact_holm), _look(r), verdict_text(r), _improve(r), _train(r), r.budget])
     return rows
 
 
@@ -133,8 +145,12 @@ def claims_caption(s: Summary) -> str:
             f"last tested it; exact p (Holm): the sign-flip test over the same hypotheses. held / refuted: the "
             f"claim's hypothesis / its opposite below the look's α after Holm, decided for good; · exact: the "
             f"exact test rejects too (no normality needed), · t-test: it rests on the t-test's normality; "
-            f"budget-limited: a run it reads had not plateaued; inconclusive: neither yet. exploratory: not in the "
-            f"family, an estimate and an unadjusted p, no verdict")
+            f"inconclusive: neither yet. exploratory: not in the family, an estimate and an unadjusted p, no "
+            f"verdict. P(a > b): the chance a seed's a beats a seed's b (ties half) with its {LEVEL_TEXT} bootstrap "
+            f"interval; train a / b: each side's training accuracy (an underfit side shows here); budget: the "
+            f"claim's difference on validation accuracy over the last half of the budget, stable when it moved "
+            f"less than its last interval's half-width, moving toward the side it moved to otherwise, not "
+            f"checkable with fewer than three validations there")
 
 
 def claim_notes(s: Summary) -> list[str]:
@@ -214,9 +230,9 @@ def expects(c: Claim) -> str:
 
 
 def short_verdict(r: ClaimResult) -> str:
-    """'held · t-test', 'refuted · exact · budget', 'inconclusive', 'exploratory'."""
+    """'held · t-test', 'refuted · exact · moving', 'inconclusive', 'exploratory'."""
     parts = [r.verdict] + ([r.rests_on] if r.verdict in ("held", "refuted") and r.rests_on else [])
-    return " · ".join(parts + ["budget"] * bool(r.budget_limited and r.verdict != "exploratory"))
+    return " · ".join(parts + ["moving"] * (r.budget.startswith("moving") and r.verdict != "exploratory"))
 
 
 def terminal_columns(s: Summary) -> dict[str, list[str]]:
@@ -264,10 +280,11 @@ def _rich_table(header: list[str], rows: list[list[str]], verdicts: list[str], w
                   collapse_padding=True)
     for h in header:
         least, most = name_width if h == wrap and name_width else (None, None)
-        t.add_column(h, justify="left" if h in (wrap, "H1", "verdict", "role", "hypothesis") else "right",
+        t.add_column(h, justify="left" if h in (wrap, "H1", "verdict", "role", "hypothesis", "budget") else "right",
                      no_wrap=h != wrap, min_width=least, max_width=most, overflow="fold")
+    at = header.index("verdict")
     for row, verdict in zip(rows, verdicts):  # a name or an interval is text, never markup
-        t.add_row(*map(escape, row[:-1]), f"[{VERDICT_STYLE[verdict]}]{escape(row[-1])}[/]")
+        t.add_row(*(f"[{VERDICT_STYLE[verdict]}]{escape(v)}[/]" if i == at else escape(v) for i, v in enumerate(row)))
     return t
 
 
@@ -284,9 +301,11 @@ def legend_lines(s: Summary, shown: list[str]) -> list[str]:
         lines.append("look r/K: the look of K planned that decided the claim, or last tested it")
     lines.append("held / refuted: H1 / its opposite below the look's α after Holm; inconclusive: neither yet; "
                  "exploratory: no verdict")
-    lines.append("· exact: the sign-flip test rejects too; · t-test: it rests on normality"
-                 + "; budget: a run it reads had not plateaued" * any(r.budget_limited for r in s.claims))
-    lines.append("--wide and summary.md: every statistic (bootstrap, exact p, each look's α) and each claim's cells")
+    lines.append("· exact: the sign-flip test rejects too; · t-test: it rests on normality")
+    if any(r.budget.startswith("moving") for r in s.claims):
+        lines.append("· moving: its difference on validation still moved over the budget's last half")
+    lines.append("--wide and summary.md: every statistic (exact p, P(a > b), training accuracy, budget) and each "
+                 "claim's cells")
     return lines
 
 

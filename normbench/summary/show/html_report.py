@@ -100,10 +100,10 @@ def _claims(s: Summary, svgs: dict[str, str]) -> dict:
                       if v != "exploratory" or v in verdicts)
     return {"tally": tally,
             "compact": _table([CLAIMS_HEADER[i] for i in CLAIMS_COMPACT], compact,
-                              [["", "", "", f"v-{v}"] for v in verdicts]),
+                              [["", "", "", f"v-{v}", ""] for v in verdicts]),
             "main": {"name": main, "svg": Markup(svgs[main])} if main else None,
             "full": _table(CLAIMS_HEADER, claims_rows(s),
-                           [[""] * (len(CLAIMS_HEADER) - 1) + [f"v-{r.verdict}"] for r in s.claims]),
+                           [[f"v-{r.verdict}" if h == "verdict" else "" for h in CLAIMS_HEADER] for r in s.claims]),
             "caption": claims_caption(s), "notes": claim_notes(s),
             "forest": Markup(svgs["claims"]) if "claims" in svgs else None}
 

@@ -84,7 +84,7 @@ def caption(tables: list[Table]) -> str:
             f"✗k: k failed (not in the mean){vpc}")
 
 
-INDEX_NOTES = ("budget: ", "plateau: ")  # said in the table's index line, not under the table
+INDEX_NOTES = ("budget: ",)  # said in the table's index line, not under the table
 
 
 def table_line(t: Table) -> str:
