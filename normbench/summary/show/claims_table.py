@@ -62,7 +62,7 @@ def _p(p: float | None) -> str:
 
 CLAIMS_HEADER = ["claim", "role", "hypothesis", "n", "a", "b", f"a − b [{LEVEL_TEXT} t]", "bootstrap", "p", "p (Holm)",
                  "exact p (Holm)", "look (α)", "verdict", "P(a > b)", "train a / b", "budget"]
-CLAIMS_COMPACT = [0, 6, 9, 12, 15]  # the columns the HTML's first screen shows
+CLAIMS_COMPACT = [0, 6, 9, 12]  # the columns the HTML's first screen shows (the budget and the rest: below)
 
 
 def verdict_text(r: ClaimResult) -> str:

@@ -100,7 +100,7 @@ def _claims(s: Summary, svgs: dict[str, str]) -> dict:
                       if v != "exploratory" or v in verdicts)
     return {"tally": tally,
             "compact": _table([CLAIMS_HEADER[i] for i in CLAIMS_COMPACT], compact,
-                              [["", "", "", f"v-{v}", ""] for v in verdicts]),
+                              [["", "", "", f"v-{v}"] for v in verdicts]),
             "main": {"name": main, "svg": Markup(svgs[main])} if main else None,
             "full": _table(CLAIMS_HEADER, claims_rows(s),
                            [[f"v-{r.verdict}" if h == "verdict" else "" for h in CLAIMS_HEADER] for r in s.claims]),
