@@ -2,7 +2,7 @@
 
     normbench norms            # every norm: what it normalizes over, batch dependence, parameters, paper
     normbench norms gn         # gn's options with their defaults, and its layouts
-    normbench norms check my_norm:ScaleNorm   # the catalog's contract on a norm, yours too (norms/check.py)
+    normbench norms check my_norm:ScaleNorm   # the catalog's contract on a norm, yours too (norm_check.py)
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def main(argv: list[str], console: Console | None = None) -> int:
     # Piped output has no terminal width to fit; rich's 80 columns would fold every cell.
     console = console or Console(width=None if sys.stdout.isatty() else 160)
     if argv and argv[0] == "check":
-        from normbench.norms.check import main as check
+        from normbench.norm_check import main as check
 
         return check(argv[1:], say=console.print)
     if len(argv) > 1 or (argv and argv[0].startswith("-")):

@@ -164,7 +164,7 @@ def _run_task(dict_cfg, task: _Task, debug: bool) -> None:
 
     task.started = True
     _show_logs()  # again here: a launcher (submitit, joblib) runs this in another process
-    from normbench.train.runner import run  # torch loads here, so a mistyped override fails fast
+    from normbench.runner import run  # torch loads here, so a mistyped override fails fast
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN

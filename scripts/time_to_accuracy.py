@@ -25,7 +25,7 @@ from normbench import data, models, norms  # noqa: E402
 from normbench.config import Config, DataConfig, ModelConfig, NormConfig, to_dict  # noqa: E402
 from normbench.data import batches  # noqa: E402
 from normbench.results import versions  # noqa: E402
-from normbench.train.device import pick_device  # noqa: E402
+from normbench.device import pick_device  # noqa: E402
 from normbench.train.evaluate import evaluate  # noqa: E402
 from normbench.train.loop import fit  # noqa: E402
 from normbench.train.tracking import NullTracker  # noqa: E402

@@ -10,7 +10,7 @@ from normbench.config import DataConfig, ModelConfig, VarLenConfig
 from normbench.data import batches
 from normbench.data.augment import augmented, random_crop_flip, validate
 from normbench.errors import UserError
-from normbench.train import runner
+from normbench import runner
 
 
 def _images(n=64, c=3, h=8, w=10):

@@ -19,7 +19,7 @@ from normbench.config import ModelConfig
 from normbench.errors import UserError
 from normbench.models.transformer import Transformer, placements
 from normbench.train.muon import MuonAdamW, muon_split
-from normbench.train.runner import run
+from normbench.runner import run
 from normbench.train.tracking import NullTracker
 
 
@@ -215,7 +215,7 @@ def test_muon_on_a_torch_without_it_is_one_line(monkeypatch):
     """Reference: torch.optim.Muon came with torch 2.9, while normbench accepts torch >= 2.4: there the run is
     refused before any data is read, in one line naming the torch it needs."""
     from normbench.config import Config
-    from normbench.train.runner import validate
+    from normbench.runner import validate
 
     monkeypatch.delattr(torch.optim, "Muon", raising=False)
     with pytest.raises(UserError, match=r"optimizer=muon needs torch.optim.Muon, which torch .* does not have"):

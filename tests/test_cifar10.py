@@ -29,7 +29,7 @@ from normbench.cli import store_configs
 from normbench.config import Config, DataConfig, ModelConfig, NormConfig
 from normbench.data import cifar10
 from normbench.errors import UserError
-from normbench.train.runner import run
+from normbench.runner import run
 from normbench.train.tracking import NullTracker
 
 PER_BATCH, N_TEST = 40, 60  # 200 training images over data_batch_1..5, 60 test images

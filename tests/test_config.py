@@ -17,7 +17,8 @@ import normbench
 from normbench import cli, models, norms
 from normbench.config import MODEL_DEFAULTS, Config, DataConfig, ModelConfig, data_root, runtime_keys, to_dict
 from normbench.errors import UserError
-from normbench.train import guards, runner
+from normbench import runner
+from normbench.train import guards
 from normbench.train.tracking import NullTracker
 
 

@@ -138,7 +138,7 @@ def test_per_seed_runs_at_one_seed_share_their_split_across_norms(tiny_cfg, tmp_
     from dataclasses import replace
 
     from normbench.config import NormConfig
-    from normbench.train import runner
+    from normbench import runner
 
     seen = []
     real = data.load_each  # what the runner loads each run's (each member's) splits with

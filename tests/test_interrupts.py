@@ -15,7 +15,8 @@ import torch
 from test_resume import metrics
 
 from normbench.config import ModelConfig, PackConfig, VarLenConfig
-from normbench.train import guards, interrupts, runner
+from normbench import runner
+from normbench.train import guards, interrupts
 from normbench.train.tracking import NullTracker
 
 

@@ -12,7 +12,7 @@ from conftest import normbench_cli
 
 from normbench import norms
 from normbench.errors import UserError
-from normbench.norms.check import check
+from normbench.norm_check import check
 
 SHAPES = {"flat": (5, 8), "image": (3, 8, 2, 3), "seq": (3, 4, 8)}
 C = 8
@@ -177,7 +177,7 @@ def test_dyisru_is_rmsnorm_where_beta_is_the_other_channels_sum_of_squares():
 
 @pytest.mark.parametrize("name", ["seednorm", "dyisru"])
 def test_contract(name):
-    """Reference: normbench/norms/check.py, the contract every catalog norm passes (`normbench norms check`):
+    """Reference: normbench/norm_check.py, the contract every catalog norm passes (`normbench norms check`):
     shapes on every layout, train and eval, batch independence as declared, exact resume, packing (the
     per-member fallback: neither has a packed form) and gradcheck."""
     items = check(name)

@@ -15,7 +15,7 @@ from normbench import norms
 from normbench.cli import store_configs
 from normbench.configs import _read_norm_defaults
 from normbench.norms.registry import TAG
-from normbench.train.runner import norm_options
+from normbench.runner import norm_options
 
 
 def test_one_norm_config_per_catalog_name():

@@ -10,7 +10,7 @@ from normbench import models, norms
 from normbench.config import ModelConfig, NormConfig
 from normbench.errors import UserError
 from normbench.train import probe
-from normbench.train.runner import run
+from normbench.runner import run
 
 
 class Writer:

@@ -8,7 +8,7 @@ import pytest
 from normbench import models, norms
 from normbench.config import ModelConfig, NormConfig
 from normbench.errors import UserError
-from normbench.train.runner import run
+from normbench.runner import run
 from normbench.train.tracking import NullTracker
 
 LAYOUT = {"mlp": "flat", "cnn": "image", "resnet": "image", "rnn": "seq", "transformer": "seq"}

@@ -15,7 +15,8 @@ from normbench import data, models, norms
 from normbench.config import Config, DataConfig, ModelConfig, NormConfig, PackConfig
 from normbench.errors import UserError
 from normbench.regimes import default
-from normbench.train import loop, runner
+from normbench import runner
+from normbench.train import loop
 from normbench.train.tracking import NullTracker
 
 

@@ -19,7 +19,7 @@ from normbench.errors import UserError
 from normbench.pack.layers import PerMember
 from normbench.pack.model import PackedModel
 from normbench.pack.plan import members as pack_members
-from normbench.train import runner
+from normbench import runner
 from normbench.train.loop import fit, train
 from normbench.train.tracking import NullTracker
 

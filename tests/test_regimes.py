@@ -14,7 +14,7 @@ from normbench.config import ModelConfig, VarLenConfig
 from normbench.data import batches
 from normbench.errors import UserError
 from normbench.regimes import default, precise_bn
-from normbench.train.runner import run
+from normbench.runner import run
 
 
 @pytest.mark.parametrize("model, expected", [

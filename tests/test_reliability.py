@@ -20,7 +20,8 @@ from conftest import CHILD_ENV, normbench_cli, write_tiny_fashion_mnist
 from normbench import cli, results
 from normbench.config import ModelConfig, NormConfig
 from normbench.errors import UserError
-from normbench.train import guards, runner
+from normbench import runner
+from normbench.train import guards
 from normbench.train.tracking import NullTracker
 
 

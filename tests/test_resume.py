@@ -15,7 +15,8 @@ from conftest import CHILD_ENV, normbench_cli
 
 from normbench.config import ModelConfig, to_dict
 from normbench.errors import UserError
-from normbench.train import guards, runner
+from normbench import runner
+from normbench.train import guards
 from normbench.train.tracking import NullTracker
 
 

@@ -15,7 +15,7 @@ from normbench import data, models, norms
 from normbench.config import ModelConfig, NormConfig, PackConfig
 from normbench.pack.plan import member_values  # a plain model's numbers: member 0's
 from normbench.regimes import saturation
-from normbench.train.runner import run
+from normbench.runner import run
 from normbench.train.tracking import NullTracker
 
 

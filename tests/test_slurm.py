@@ -494,7 +494,7 @@ def killed_sweep(cluster, data_root, tmp_path_factory):
 
 def test_killed_task_ends_the_sweep_as_failed(killed_sweep, tmp_path):
     """Reference: SLURM's accounting (sacct says FAILED for the killed task) and the runner's contract
-    (normbench/train/runner.py writes results.json as failed/unfinished before training, so a process killed
+    (normbench/runner.py writes results.json as failed/unfinished before training, so a process killed
     with SIGKILL leaves that). The sweep command returns within a bounded time, in one line that says
     how to continue, the three other runs complete, and summarize lists the killed run as a problem."""
     sweep, _, r, took, at_kill, returned = killed_sweep

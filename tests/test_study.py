@@ -21,7 +21,7 @@ from normbench.study.rounds import declared_claims, open_after, primary_claims
 from normbench.summary import metrics
 from normbench.summary.verdicts import selects
 from normbench.summary import protocol as protocols
-from normbench.train.device import pick_device
+from normbench.device import pick_device
 
 
 @pytest.mark.slow  # ~30 s: Hydra composes every job of every study at two scales

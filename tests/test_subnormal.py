@@ -9,7 +9,7 @@ import torch
 
 from normbench.bench import subnormal
 from normbench.config import Config
-from normbench.train import runner
+from normbench import runner
 
 SUB = 1e-39  # below float32's smallest normal, 2^-126 ~ 1.18e-38: a subnormal
 

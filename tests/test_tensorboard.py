@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from normbench.train.runner import run
+from normbench.runner import run
 
 
 def _free_port() -> int:

@@ -14,7 +14,7 @@ from torch import nn
 from normbench import models, norms
 from normbench.config import ModelConfig, NormConfig, PackConfig
 from normbench.errors import UserError
-from normbench.train.runner import run
+from normbench.runner import run
 from normbench.train.tracking import NullTracker
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from conftest import REPO, normbench_cli
 from normbench import norms
-from normbench.norms.check import check
-from normbench.norms.check import main as check_main
+from normbench.norm_check import check
+from normbench.norm_check import main as check_main
 
 # Three layers that break the contract, each in one way, beside the example that keeps it.
 BROKEN = textwrap.dedent('''
@@ -57,7 +57,7 @@ def user_modules(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", norms.names())
 def test_every_catalog_norm_meets_the_contract(name):
-    """Reference: the contract's definition (normbench/norms/check.py), which the catalog's own tests
+    """Reference: the contract's definition (normbench/norm_check.py), which the catalog's own tests
     check item by item (shapes, train/eval, batch dependence against the spec, state, packing against
     separate members in float64, gradcheck): `norms check` passes every shipped norm."""
     failed = [f"{i.name}: {i.why}" for i in check(name) if not i.ok]

@@ -174,7 +174,7 @@ def test_first_layer_grad_ratio_by_hand(tiny_cfg, tmp_path):
     layer; results.json's first_layer_grad_ratio, train_s and eval_s (the sum of eval_passes)."""
     import json
 
-    from normbench.train.runner import run
+    from normbench.runner import run
 
     run(replace(tiny_cfg, max_steps=2), tmp_path)
     res = json.loads((tmp_path / "results.json").read_text())

@@ -102,7 +102,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     from normbench.bench import eval_share, kernels, loop, headline, packed, subnormal, sweep
     from normbench.results import git_sha, versions
-    from normbench.train.device import pick_device
+    from normbench.device import pick_device
 
     args = parse_args(list(argv or []))
     torch.set_num_threads(args.threads)

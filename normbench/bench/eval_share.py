@@ -66,8 +66,8 @@ def measure(study: str, overrides: list[str], args) -> dict:
     from dataclasses import replace
 
     from normbench import data
-    from normbench.train import runner
-    from normbench.train.device import pick_device
+    from normbench import runner
+    from normbench.device import pick_device
     from normbench.train.budget import plan_steps, validation_passes
 
     steps = 20 if args.quick else 300

@@ -44,10 +44,6 @@ from torch.nn.utils import parametrize
 
 from normbench.errors import UserError
 from normbench.models.recurrence import ONE_MEMBER_MAX_BATCH, fits, one_member
-from normbench.norms.batch import BatchNorm
-from normbench.norms.renorm import BatchRenorm
-
-_RUNNING_AFFINE = (BatchNorm, BatchRenorm)  # eval mode: an affine map from running statistics alone
 
 CELLS = ("rnn", "lstm", "gru")
 GATES = {"rnn": 1, "lstm": 4, "gru": 3}
@@ -159,7 +155,7 @@ class StepNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, step: int) -> torch.Tensor:
         module = self.at(step)
-        if not self.training and not module.training and type(module) in _RUNNING_AFFINE:
+        if not self.training and not module.training and getattr(module, "running_affine", False):
             return _running_affine(module, x, mask)
         if self.per_step and not self.training and module.training and step >= self.trained_steps:
             # Only PreciseBN puts the norms alone in training mode: a step past the trained ones has no

@@ -53,6 +53,8 @@ def position_seed() -> int:
 class BatchNorm(batch_stats.BatchStatistics, _BatchNorm):
     """torch's BatchNorm kernel for every layout: (N, C), (N, C, H, W), and (N, T, C) with a padding mask."""
 
+    running_affine = True  # eval mode is an affine map of the running statistics alone (models/cells.py reads it)
+
     def __init__(self, num_features: int, layout: str, *, masked: bool = True, ghost_batch: int | None = None,
                  positions: int | None = None, eps_grad: float | None = None, **kwargs):
         super().__init__(num_features, **kwargs)

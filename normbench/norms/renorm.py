@@ -54,6 +54,8 @@ class BatchRenorm(batch_stats.BatchStatistics, _BatchNorm):
     """Batch Renorm on torch's BN kernel: r and d fold into the kernel's scale and shift (per ghost batch, one
     kernel "channel" per (group, channel)), so the only extra work is one no-grad pass for the statistics."""
 
+    running_affine = True  # eval mode is BN's: an affine map of the running statistics alone
+
     # Its training-mode output reads the running statistics, which each batch moves: a pass over batches in
     # turn is not one over their groups at once (norm_modes.split_statistics leaves it alone)
     splits_statistics = False

@@ -25,7 +25,7 @@ from typing import Any
 from normbench.config import Config, Optimizer, PackConfig, PackMode
 from normbench.errors import UserError
 from normbench.results import PACK
-from normbench.train.device import pick_device
+from normbench.device import pick_device
 
 log = logging.getLogger(__name__)
 DEFAULT = Config()

@@ -166,7 +166,7 @@ def sitting() -> dict:
     import torch
 
     from normbench.results import cpu_model, git_sha
-    from normbench.train.device import pick_device
+    from normbench.device import pick_device
 
     device = pick_device("auto").type  # what each job's device=auto picks
     if device == "cuda":

@@ -151,7 +151,7 @@ def _compose(overrides: tuple[str, ...]):
 
 def _train_images(cfg) -> int:
     from normbench import data
-    from normbench.train.device import pick_device
+    from normbench.device import pick_device
 
     return len(data.load(cfg.data, pick_device("cpu"), seed=0).train_x)
 
@@ -169,7 +169,8 @@ def measure_training(overrides: list[str], seeds: list[int]) -> Calibration:
     costs (suite_s 0: `measure` gives the suite)."""
     from normbench import regimes
     from normbench.pack import plan
-    from normbench.train import loop, runner
+    from normbench import runner
+    from normbench.train import loop
     from normbench.train.tracking import NullTracker
 
     cfg, short = _short(overrides, seeds)
@@ -219,7 +220,7 @@ def measure(overrides: list[str], seeds: list[int]) -> Calibration:
     """Train the job's pack at `seeds` for STEPS steps here, evaluate it with its whole suite, and read its
     costs."""
     from normbench.pack import plan
-    from normbench.train import runner
+    from normbench import runner
 
     cfg, short = _short(overrides, seeds)
     per_epoch = max(1, _train_images(cfg) // cfg.batch_size)

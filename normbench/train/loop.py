@@ -28,7 +28,7 @@ from normbench.pack.members import Members, each_member, joined, member_splits, 
 from normbench.train import interrupts
 from normbench.train.budget import plan_steps, validates
 from normbench.train.checkpoint import load_checkpoint, save_checkpoint
-from normbench.train.device import accelerate
+from normbench.device import accelerate
 from normbench.train.evaluate import evaluate
 from normbench.train.optim import make_member_optimizer, make_schedule, set_lrs
 from normbench.train.state import FitResult, LoopState

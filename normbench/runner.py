@@ -29,7 +29,7 @@ from normbench.pack import plan
 from normbench.pack.model import model_of
 from normbench.results import PACK, atomic_write_text, git_sha, versions, write_results
 from normbench.train import guards, interrupts, loop, probe
-from normbench.train.device import pick_device
+from normbench.device import pick_device
 from normbench.train.evaluate import PassClock
 from normbench.train.optim import scaled_lr
 from normbench.train.state import FitResult
