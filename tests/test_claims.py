@@ -532,6 +532,8 @@ def test_the_budget_check_reads_the_claims_own_difference_over_the_last_half(tmp
     assert moving.budget == "moving toward a: +2.0 → +6.0"
     closing = _budget_runs(tmp_path / "closing", lambda ep, e: 0.80 + e, lambda ep, e: 0.70 + 0.01 * ep)
     assert closing.budget == "moving toward b: +6.0 → +2.0"
+    constant = _budget_runs(tmp_path / "constant", lambda ep, e: 0.75, lambda ep, e: 0.70)  # no noise at all
+    assert constant.budget == "stable"  # moved 0 against a half-width of 0
     a = [0.75 + e for e in (0.0, 0.004, -0.004, 0.002, -0.002)]
     assert flat.p_improve == scipy_stats.mannwhitneyu(a, [0.70] * 5).statistic / 25 == 1.0
     lo, hi = flat.p_improve_ci
@@ -547,7 +549,7 @@ def test_the_budget_check_counts_distinct_runs_and_says_what_it_cannot_check(tmp
     short = {"claims": [{"name": "gn beats bn", "a": {"norm.name": "gn"}, "b": {"norm.name": "bn"},
                          "expect": "greater"}]}
     for seed in range(5):
-        h = [{"epoch": ep, "acc/val": 0.7} for ep in (1, 2)]
+        h = [{"epoch": ep, "acc/val": 0.7} for ep in (0, 1, 2)]  # epoch 0: a pass before training, read as none
         write_run(tmp_path / "same", f"bn_{seed}", seed=seed, test_acc=0.7 + seed / 100, test_acc_train_mode=0.6,
                   history=h, config=claim)
         for norm in ("gn", "bn"):

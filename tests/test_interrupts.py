@@ -221,6 +221,38 @@ def test_a_failed_tasks_reason_is_its_tracebacks_last_line():
     assert plugin._why(RuntimeError("one line"), None) == "one line"
 
 
+def test_two_signals_held_while_a_slurm_task_starts_interrupt_it_once(tmp_path):
+    """Reference: POSIX signal masks, and the launcher's handling (normbench_slurm.NormbenchSlurmLauncher.
+    __call__): USR2 and SIGTERM both held by HOLD (a preemption that sends both) reach a raising handler one at
+    a time, so `release()` raises once, in the `try` that requeues, and `ignore()` discards the other."""
+    import subprocess
+    import sys
+
+    import hydra_plugins.normbench_slurm as plugin
+
+    task = ("import os, signal\n"
+            "os.kill(os.getpid(), signal.SIGUSR2); os.kill(os.getpid(), signal.SIGTERM)  # both held\n"
+            "from hydra_plugins.normbench_slurm import ignore, release\n"
+            "def stop(signum, frame): raise KeyboardInterrupt(signal.Signals(signum).name)\n"
+            "signal.signal(signal.SIGUSR2, stop); signal.signal(signal.SIGTERM, stop)\n"
+            "try:\n    release()\nexcept KeyboardInterrupt as e:\n    print('interrupted by', e, flush=True)\n"
+            "    ignore()\nprint('requeued', flush=True)\n")
+    r = subprocess.run([*plugin.HOLD, sys.executable, "-c", task], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["interrupted by SIGUSR2", "requeued"]
+
+
+def test_own_srun_arguments_come_before_hold(tmp_path):
+    """Reference: submitit's srun line (`srun ... *srun_args python -u -m submitit.core._submit`): a user's
+    hydra.launcher.srun_args are srun's options, and HOLD, the program srun runs, always follows them."""
+    import hydra_plugins.normbench_slurm as plugin
+
+    executor = plugin.make_executor({"submitit_folder": str(tmp_path), "srun_args": ["--cpu-bind=none"]})
+    assert executor._executor.parameters["srun_args"] == ["--cpu-bind=none", *plugin.HOLD]
+    assert plugin.make_executor({"submitit_folder": str(tmp_path)})._executor.parameters["srun_args"] == plugin.HOLD
+
+
 def test_a_signal_sent_while_a_slurm_task_starts_waits_for_its_handler(tmp_path):
     """Reference: POSIX signal masks (a blocked signal stays pending across exec until unblocked). srun starts a
     task through normbench_slurm.HOLD; a USR2 sent while the task's python still imports is held, not fatal

@@ -176,6 +176,14 @@ def test_the_launcher_submits_as_hydra_submitits_own(monkeypatch, tmp_path):
         assert fn is launcher  # each task calls the launcher (its __call__ runs the run on the node)
         singletons = tasks.pop()
         recorded[name] = [*rest, (kind, tasks, [sorted(s) for s in singletons])]
-    assert recorded["normbench"] == recorded["hydra-submitit"]
+    # one deliberate difference: srun runs the task through HOLD (normbench_slurm), after the preset's own options
+    ours, theirs = (dict(next(args for kind, args, *_ in recorded[n] if kind == "update_parameters"))
+                    for n in ("normbench", "hydra-submitit"))
+    from hydra_plugins.normbench_slurm import HOLD
+
+    assert ours.pop("slurm_srun_args") == [*(theirs.pop("slurm_srun_args") or []), *HOLD]
+    assert ours == theirs
+    assert [c for c in recorded["normbench"] if c[0] != "update_parameters"] == \
+        [c for c in recorded["hydra-submitit"] if c[0] != "update_parameters"]
     assert recorded["normbench"][0] == ("init", {"cluster": "slurm", "folder": params["submitit_folder"],
                                                  "slurm_max_num_timeout": 2})

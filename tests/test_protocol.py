@@ -142,8 +142,11 @@ def test_below_min_pairs_a_look_decides_only_with_the_exact_tests_agreement():
     assert protocol.load().min_pairs == 5
     assert protocol.Protocol().with_numbers({"alpha": 0.05, "looks": [3, 5, 10], "spending": "obrien_fleming",
                                              "widen_limit": 4, "seed_base": 1000}).min_pairs == 2
-    with pytest.raises(UserError, match="min_pairs"):
-        _proto(["x"], min_pairs=1)
+    for bad in (1, 5.0, "5", True):
+        with pytest.raises(UserError, match="min_pairs"):
+            _proto(["x"], min_pairs=bad)
+    # a study pinned before min_pairs (none in its numbers) keeps its family's hash under min_pairs 2
+    assert "min_pairs" not in _proto(["x"]).numbers() and _proto(["x"], min_pairs=5).numbers()["min_pairs"] == 5
 
 
 def test_a_decided_claim_stays_decided():

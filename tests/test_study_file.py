@@ -42,6 +42,8 @@ def test_a_study_file_without_looks_takes_the_shipped_looks(tmp_path):
     (tmp_path / "s.yaml").write_text(text)
     proto = load_file(tmp_path / "s.yaml").protocol
     assert list(proto.looks) == protocol.shipped_rounds()["looks"] and proto.alpha == 0.01
+    assert proto.min_pairs == protocol.load().min_pairs == 5  # the shipped looks come with their min_pairs
+    assert load_file(EXAMPLE).protocol.min_pairs == 2  # a file's own looks [3, 5]: no minimum it did not declare
 
 
 def test_a_study_file_without_scales_runs_as_written_at_any_scale(tmp_path):

@@ -82,8 +82,9 @@ class NormbenchSlurmConf(SlurmQueueConf):
     # How many times one task may requeue itself after preemption or a time limit; past it the task ends
     # failed, saying so, and `resume=true` continues it by hand.
     max_requeues: int = 3
-    # srun's arguments: HOLD, so that SLURM's signals wait for the task's handler (arguments of your own go before it)
-    srun_args: list[str] = field(default_factory=lambda: list(HOLD))
+    # srun options of your own; normbench_slurm.HOLD always follows them (make_executor), so that SLURM's
+    # signals wait for the task's handler
+    srun_args: list[str] = field(default_factory=list)
 
 
 # Without the extra, a plain node: slurm.yaml's keys compose onto it (hydra-submitit's schema is not there).
@@ -189,6 +190,7 @@ def make_executor(params: dict):
     from omegaconf import OmegaConf
 
     own = {"submitit_folder", "max_num_timeout"}  # the executor's own keys; the rest are its parameters
+    params = {**params, "srun_args": [*(params.get("srun_args") or []), *HOLD]}  # the last of srun's: the command
     timeouts = {f"slurm_{k}": v for k, v in params.items() if k == "max_num_timeout"}
     executor = submitit.AutoExecutor(cluster="slurm", folder=params["submitit_folder"], **timeouts)
     shared = set(OmegaConf.structured(BaseQueueConf).keys())  # every cluster's keys keep their names
@@ -198,8 +200,10 @@ def make_executor(params: dict):
 
 def release() -> None:
     """Let SLURM's signals through to this task's handlers, once installed: one that HOLD held while the task
-    started is handled now."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+    started is handled now. One at a time: where both came, the first handler's exception leaves the other
+    blocked (`ignore` then discards it) rather than raising again inside the first one's handling."""
+    for s in SIGNALS:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {s})
 
 
 def ignore() -> None:

@@ -36,7 +36,8 @@ HALF = 0.5  # the last half of the budget
 def _passes(run: Run) -> dict[float, float]:
     """Budget fraction (rounded) -> validation accuracy, for each pass in the run's last half."""
     history = [h for h in run.results.get("history") or [] if isinstance(h, dict)
-               and isinstance(h.get("acc/val"), (int, float)) and isinstance(h.get("epoch"), int)]
+               and isinstance(h.get("acc/val"), (int, float)) and isinstance(h.get("epoch"), (int, float))
+               and not isinstance(h["epoch"], bool) and h["epoch"] > 0]
     if not history:
         return {}
     last = history[-1]["epoch"]
@@ -73,7 +74,7 @@ def check(claim, terms_a: dict[int, list], terms_b: dict[int, list], seeds: list
     path = [[at, statistics.fmean(diffs(at))] for at in shared]
     low, high = stats.t_interval(diffs(shared[-1]))
     start, end = path[0][1], path[-1][1]
-    if abs(end - start) < (high - low) / 2:
+    if abs(end - start) <= (high - low) / 2:
         return "stable", path
     scale = claim.scale
     return f"moving toward {'a' if end > start else 'b'}: {scale * start:+.1f} → {scale * end:+.1f}", path

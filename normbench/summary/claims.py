@@ -307,7 +307,9 @@ def load_file(path) -> ClaimsFile:
     family = [c.key for c in found if c.role == "primary"]
     declared = raw.get("protocol") if isinstance(raw, dict) else None
     if study and isinstance(declared or {}, dict):  # a study trains its own seeds: the shipped rounds' by default
-        declared = {**protocol.shipped_rounds(), **(declared or {})}
+        shipped = protocol.shipped_rounds()  # its min_pairs goes with its looks: not with a file's own
+        declared = {**{k: v for k, v in shipped.items() if k != "min_pairs" or "looks" not in (declared or {})},
+                    **(declared or {})}
     own = protocol.of_claims_file(declared, path.name, family)
     return ClaimsFile(found, own)
 

@@ -1,7 +1,7 @@
 """The confirmatory protocol: one family of primary claims, tested at planned looks with α spent across them
 (docs/protocol.md states it for a reviewer; normbench/configs/protocol.yaml declares its numbers).
 
-    proto = load()                                   # α, looks, spending rule, widening limit, seed base, the family
+    proto = load()                       # α, looks, spending rule, widening limit, seed base, min_pairs, the family
     own = of_claims_file({"looks": [3, 5]}, "my.yaml", keys)   # a --claims file's own family and looks
     proto.levels                                     # α_r of each look (their sum is α)
     step = look(pvalues_by_claim, index, state, proto)   # one look: decisions, what stays undecided
@@ -88,9 +88,9 @@ class Protocol:
                             f"or {MAX_PAIRS} pairs", "e.g. looks: [3, 5, 10]")
         if not 0 < self.alpha < 1:
             raise UserError(f"{where}: alpha={self.alpha} is not in (0, 1)", "e.g. alpha: 0.05")
-        if isinstance(self.seed_base, bool) or not isinstance(self.seed_base, int) or not 0 <= self.seed_base < 2**31:
+        if type(self.seed_base) is not int or not 0 <= self.seed_base < 2**31:
             raise UserError(f"{where}: seed_base={self.seed_base!r} is not a seed", "e.g. seed_base: 1000")
-        if isinstance(self.min_pairs, bool) or self.min_pairs not in range(2, MAX_PAIRS + 1):
+        if type(self.min_pairs) is not int or not 2 <= self.min_pairs <= MAX_PAIRS:
             raise UserError(f"{where}: min_pairs={self.min_pairs!r} is not a count of pairs", "e.g. min_pairs: 5")
 
     @property
@@ -98,9 +98,7 @@ class Protocol:
         """How many looks: len(looks), or 1 for the one look at every seed run."""
         return len(self.looks) or 1
 
-    @property
-    def levels(self) -> tuple[float, ...]:
-        return levels(self.alpha, self.looks, self.spending) if self.looks else (self.alpha,)
+    levels = property(lambda self: levels(self.alpha, self.looks, self.spending) if self.looks else (self.alpha,))
 
     def with_members(self, keys) -> Protocol:
         """The protocol whose family also holds `keys` (a summary's own primary claims beyond the shipped
@@ -109,9 +107,11 @@ class Protocol:
         return replace(self, family=self.family + extra) if extra else self
 
     def numbers(self) -> dict[str, Any]:
-        """The numbers a study pins in its study.json at its first run (and hashes with its family)."""
+        """The numbers a study pins in its study.json at its first run (and hashes with its family); min_pairs
+        only where it is a rule (not 2), so the studies pinned before it keep their hashes."""
+        rule = {"min_pairs": self.min_pairs} if self.min_pairs != 2 else {}
         return {"alpha": self.alpha, "looks": list(self.looks), "spending": self.spending,
-                "widen_limit": self.widen_limit, "seed_base": self.seed_base, "min_pairs": self.min_pairs}
+                "widen_limit": self.widen_limit, "seed_base": self.seed_base, **rule}
 
     def with_numbers(self, pinned: dict[str, Any], source: str | None = None) -> Protocol:
         """This protocol's family under the numbers a study pinned (study.json's `protocol`, `pinned`): what a
@@ -119,7 +119,7 @@ class Protocol:
         pinned = numbers_of(pinned)
         return replace(self, alpha=float(pinned["alpha"]), looks=tuple(int(n) for n in pinned["looks"]),
                        spending=str(pinned["spending"]), widen_limit=int(pinned["widen_limit"]),
-                       seed_base=int(pinned["seed_base"]), min_pairs=int(pinned["min_pairs"]),
+                       seed_base=int(pinned["seed_base"]), min_pairs=int(pinned.get("min_pairs", 2)),
                        source=source or self.source)
 
     def describe(self) -> dict[str, Any]:
@@ -132,8 +132,8 @@ class Protocol:
 
 def numbers_of(pinned: dict[str, Any]) -> dict[str, Any]:
     """A study.json's pinned `protocol` as Protocol.numbers() gives it: a study started before the seed base
-    was declared pinned none, and trained from seed 0; one before min_pairs, none (2: any look decides)."""
-    return {"seed_base": 0, "min_pairs": 2, **pinned}
+    was declared pinned none, and trained from seed 0."""
+    return {"seed_base": 0, **pinned}
 
 
 def _phi(z: float) -> float:
@@ -186,8 +186,7 @@ def load(path: Path = PATH, experiments: Path = EXPERIMENTS) -> Protocol:
     if not isinstance(raw, dict):
         raise UserError(f"{path}: a protocol is a mapping (alpha, looks, spending, widen_limit, seed_base)",
                         "see normbench/configs/protocol.yaml")
-    unknown = set(raw) - {"alpha", "looks", "spending", "widen_limit", "seed_base", "min_pairs"}
-    if unknown:
+    if unknown := set(raw) - {"alpha", "looks", "spending", "widen_limit", "seed_base", "min_pairs"}:
         raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}",
                         "use alpha, looks, spending, widen_limit, seed_base, min_pairs")
     if not raw.get("looks", (3, 5, 10)):  # a study trains its seeds in rounds: it needs them declared
@@ -208,9 +207,11 @@ OWN_KEYS = ("alpha", "looks", "spending", "seed_base", "min_pairs")  # what a --
 
 
 def shipped_rounds(path: Path = PATH) -> dict[str, Any]:
-    """The rounds protocol.yaml declares, its looks and seed_base (0 where none), no experiment read."""
+    """The rounds protocol.yaml declares, no experiment read: its looks, seed_base (0 where none) and the
+    min_pairs its looks go with (2 where none)."""
     raw = _shipped(path)
-    return {"looks": list(raw.get("looks", (3, 5, 10))), "seed_base": int(raw.get("seed_base", 0))}
+    return {"looks": list(raw.get("looks", (3, 5, 10))), "seed_base": int(raw.get("seed_base", 0)),
+            "min_pairs": raw.get("min_pairs", 2)}
 
 
 def _shipped(path: Path) -> dict:

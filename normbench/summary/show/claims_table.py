@@ -302,7 +302,7 @@ def legend_lines(s: Summary, shown: list[str]) -> list[str]:
     lines.append("held / refuted: H1 / its opposite below the look's α after Holm; inconclusive: neither yet; "
                  "exploratory: no verdict")
     lines.append("· exact: the sign-flip test rejects too; · t-test: it rests on normality")
-    if any(r.budget.startswith("moving") for r in s.claims):
+    if any(r.budget.startswith("moving") and r.verdict != "exploratory" for r in s.claims):
         lines.append("· moving: its difference on validation still moved over the budget's last half")
     lines.append("--wide and summary.md: every statistic (exact p, P(a > b), training accuracy, budget) and each "
                  "claim's cells")
