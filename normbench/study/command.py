@@ -117,7 +117,7 @@ def plan(study: Rounds, say=print) -> list[float]:
             + (" (before any lr value widening adds)" if index == 0 else
                " (the cells of the primary claims still undecided, before widening)"))
         if index == 0:
-            for s in study.studies:  # the evaluation share issue 39 holds every study to (<= 25%)
+            for s in study.studies:  # the evaluation share every study is held to (<= 25%)
                 mine = [j for j in jobs if j.study == s.name]
                 total = sum(study.estimate(j, seeds) for j in mine)
                 share = sum(study.evaluation(j, seeds) for j in mine) / total if total else 0.0

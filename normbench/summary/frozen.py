@@ -8,7 +8,7 @@ it ran under, its family frozen at the start, and each look's decisions as they 
     stored_decisions(folder, results)                    # them, and where a replay with this code disagrees
 
 Why read the protocol from there: a study's looks read the seeds it trained, which the protocol it pinned says
-(its seed base among them), not the protocol.yaml of the day: the records before issue 58 trained seeds 0-9,
+(its seed base among them), not the protocol.yaml of the day: the records before fresh seeds trained seeds 0-9,
 before fresh seeds from 1000 were declared, and a later protocol may move the base again. Why freeze the
 family and store the decisions: a summary replays the looks from the runs with the code and experiment files
 of the day, so a claim redefined, a protocol number changed or a bug fixed after the study started would

@@ -17,7 +17,7 @@ file declares (`protocol:` beside `claims:`, protocol.yaml's alpha, looks and sp
 none, one look at every seed the runs have (`looks = ()`), at α = 0.05. Look r reads the seeds of rounds 1..r
 (`look_seeds`: seeds seed_base to seed_base + looks[r] - 1, a failed one a missing pair; verdicts.test
 chooses their lrs among them alone), so a later round's runs never change an earlier look. The shipped
-protocol's seeds start at 1000, apart from the seeds 0-9 that pilots and every record before issue 58
+protocol's seeds start at 1000, apart from the seeds 0-9 that pilots and every record before fresh seeds
 trained (a protocol that declares no seed_base starts at 0, as those did). Each claim that has run those
 seeds and is still undecided gives its two p-values; every other member of the family counts with p = 1
 (untested, not yet run, or decided earlier). Holm's step-down (Holm 1979) over the whole family of 2 m
