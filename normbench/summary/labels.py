@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,11 @@ from normbench.summary.types import Run, col_key, fmt_value
 IGNORED = runtime_keys() | {"seed", "norm.name", "model.name", "data.name", "varlen.test_lengths"}
 
 
+@lru_cache(maxsize=None)
 def model_defaults(model: str | None) -> dict[str, Any]:
-    """The flattened default config of `model` (each model has its own defaults, e.g. the CNN's dropout)."""
+    """The flattened default config of `model` (each model has its own defaults, e.g. the CNN's dropout), built
+    once a model (sweep_axes asks once a key and run: building it each time was most of a summary's time). Read
+    it, never change it: the dict is shared."""
     return flatten(to_dict(Config(model=ModelConfig(name=model or "mlp"))))
 
 
